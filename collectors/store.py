@@ -1,0 +1,316 @@
+"""Open the ClickHouse store from a DSN: embedded chDB by default, a server or cluster over HTTP.
+
+Every stage talks to ClickHouse through :class:`Store`, a thin wrapper over one clickhouse-connect
+client. Values always travel as server-side parameters (``{name:Type}`` in the SQL text and a
+``parameters`` mapping), never formatted into the statement.
+
+DSN forms::
+
+    chdb:///abs/path/to/store          in-process ClickHouse (chDB); the directory is created
+    http://user:password@host:8123/db  a ClickHouse server (https:// for TLS, e.g. ClickHouse Cloud)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import polars as pl
+import pyarrow as pa
+
+from collectors.errors import StoreError, StoreInUseError
+
+STORE_ENV = "TAILWATCH_STORE"
+DEFAULT_STORE_DIR = ".tailwatch/store"
+
+__all__ = [
+    "DEFAULT_STORE_DIR",
+    "STORE_ENV",
+    "Store",
+    "StoreLocation",
+    "default_store_dsn",
+    "open_store",
+    "parse_dsn",
+    "quote_identifier",
+    "resolve_dsn",
+]
+
+
+def default_store_dsn() -> str:
+    """The embedded store under the working directory, made absolute."""
+    return "chdb://" + str(Path(DEFAULT_STORE_DIR).resolve())
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """Argument, then ``TAILWATCH_STORE``, then the embedded default."""
+    if dsn:
+        return dsn
+    env = os.environ.get(STORE_ENV, "").strip()
+    return env or default_store_dsn()
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A parsed DSN. ``path`` is set for embedded stores, ``host``/``port`` for servers."""
+
+    dsn: str
+    scheme: str
+    database: str
+    path: str = ""
+    host: str = ""
+    port: int = 0
+    username: str = ""
+    password: str = ""
+
+    @property
+    def embedded(self) -> bool:
+        return self.scheme == "chdb"
+
+    def redacted(self) -> str:
+        """The DSN with its password masked, for logs and error messages."""
+        if self.embedded:
+            return self.dsn
+        auth = f"{self.username}:***@" if self.password else (f"{self.username}@" if self.username else "")
+        return f"{self.scheme}://{auth}{self.host}:{self.port}/{self.database}"
+
+
+def parse_dsn(dsn: str) -> StoreLocation:
+    """Parse a store DSN, raising :class:`StoreError` with the accepted forms when it is not one."""
+    parts = urlsplit(dsn)
+    scheme = parts.scheme.lower()
+    if scheme == "chdb":
+        path = unquote(parts.path)
+        if parts.netloc or not path.startswith("/"):
+            raise StoreError(
+                f"store DSN {dsn!r}: an embedded store needs an absolute path, e.g. chdb:///var/lib/tailwatch"
+            )
+        return StoreLocation(dsn=dsn, scheme="chdb", database="default", path=path)
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            raise StoreError(
+                f"store DSN {dsn!r}: no host; expected {scheme}://user:password@host:port/database"
+            )
+        database = parts.path.strip("/") or "default"
+        if "/" in database:
+            raise StoreError(f"store DSN {dsn!r}: the path must be a single database name")
+        port = parts.port or (8443 if scheme == "https" else 8123)
+        return StoreLocation(
+            dsn=dsn,
+            scheme=scheme,
+            database=database,
+            host=parts.hostname,
+            port=port,
+            username=unquote(parts.username or "default"),
+            password=unquote(parts.password or ""),
+        )
+    raise StoreError(
+        f"store DSN {dsn!r} is not supported: use chdb:///abs/path (embedded) or "
+        "http(s)://user:password@host:port/database (a ClickHouse server)"
+    )
+
+
+def _check_not_locked(path: Path, dsn: str) -> None:
+    """Fail with one clear line when another process holds the embedded store.
+
+    ClickHouse takes an exclusive ``flock`` on ``<path>/status`` while it runs; probing the same lock
+    first turns chDB's native error (and its stderr noise) into a sentence a user can act on.
+    """
+    status = path / "status"
+    if not status.exists():
+        return
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise StoreInUseError(
+            f"store {dsn} is in use by another process; stop that process (e.g. `tailwatch serve`) "
+            "or point this command at its HTTP API or a ClickHouse server with --store"
+        ) from None
+    finally:
+        os.close(fd)
+
+
+class Store:
+    """One ClickHouse client plus the store's identity. Thread-safe: calls are serialized.
+
+    Usage::
+
+        with open_store("chdb:///tmp/tw") as store:
+            rows = store.query_rows("SELECT {x:String}", {"x": "it's data"})
+    """
+
+    def __init__(self, location: StoreLocation, client: Any) -> None:
+        self.location = location
+        self.client = client
+        # clickhouse-connect clients are not safe for concurrent queries on one session, and the
+        # embedded engine is one per process anyway: one lock keeps receivers, jobs and API calls
+        # from interleaving on the same client.
+        self._lock = threading.RLock()
+        self._closed = False
+
+    @property
+    def dsn(self) -> str:
+        return self.location.dsn
+
+    @property
+    def database(self) -> str:
+        return self.location.database
+
+    @property
+    def embedded(self) -> bool:
+        return self.location.embedded
+
+    def table(self, name: str) -> str:
+        """A table name qualified with the store's database, quoted as an identifier."""
+        return f"`{self.database}`.`{name}`"
+
+    def query_arrow(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> pa.Table:
+        with self._guard(sql):
+            return self.client.query_arrow(sql, parameters=dict(parameters or {}), settings=settings)
+
+    def query_polars(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> pl.DataFrame:
+        frame = pl.from_arrow(self.query_arrow(sql, parameters, settings))
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def query_rows(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        with self._guard(sql):
+            result = self.client.query(sql, parameters=dict(parameters or {}), settings=settings)
+            return [tuple(row) for row in result.result_rows]
+
+    def query_value(self, sql: str, parameters: Mapping[str, Any] | None = None) -> Any:
+        rows = self.query_rows(sql, parameters)
+        return rows[0][0] if rows else None
+
+    def command(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> Any:
+        with self._guard(sql):
+            return self.client.command(
+                sql, parameters=dict(parameters) if parameters else None, settings=settings
+            )
+
+    def insert_arrow(self, table: str, data: pa.Table, settings: Mapping[str, Any] | None = None) -> None:
+        if data.num_rows == 0:
+            return
+        with self._guard(f"INSERT INTO {table}"):
+            self.client.insert_arrow(table, data, database=self.database, settings=settings)
+
+    def table_exists(self, name: str) -> bool:
+        return bool(
+            self.query_value(
+                "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {name:String}",
+                {"db": self.database, "name": name},
+            )
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.client.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def _guard(self, what: str) -> Iterator[None]:
+        from clickhouse_connect.driver.exceptions import ClickHouseError
+
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.location.redacted()} is closed")
+            try:
+                yield
+            except ClickHouseError as exc:
+                first = " ".join(str(exc).split())[:600]
+                raise StoreError(f"ClickHouse error ({self.location.redacted()}): {first}") from exc
+
+
+def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0) -> Store:
+    """Open the store the DSN names (argument → ``TAILWATCH_STORE`` → ``.tailwatch/store``)."""
+    import clickhouse_connect
+    from clickhouse_connect.driver.exceptions import ClickHouseError
+
+    location = parse_dsn(resolve_dsn(dsn))
+    if location.embedded:
+        path = Path(location.path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"store {location.dsn}: cannot create the directory: {exc.strerror}") from None
+        _check_not_locked(path, location.dsn)
+        try:
+            client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+        except ClickHouseError as exc:
+            message = str(exc)
+            if "already initialized" in message:
+                raise StoreError(
+                    f"store {location.dsn}: this process already has another embedded store open; "
+                    "close it first (one embedded engine per process)"
+                ) from None
+            if "lock" in message.lower() or "Another server instance" in message:
+                raise StoreInUseError(
+                    f"store {location.dsn} is in use by another process; stop that process "
+                    "or use its HTTP API"
+                ) from None
+            raise StoreError(
+                f"store {location.dsn} could not be opened: {' '.join(message.split())[:300]}"
+            ) from None
+        return Store(location, client)
+    try:
+        client = clickhouse_connect.get_client(
+            host=location.host,
+            port=location.port,
+            username=location.username,
+            password=location.password,
+            database=location.database,
+            secure=location.scheme == "https",
+            connect_timeout=connect_timeout,
+        )
+    except ClickHouseError as exc:
+        raise StoreError(
+            f"store {location.redacted()} could not be reached: {' '.join(str(exc).split())[:300]}"
+        ) from None
+    except OSError as exc:
+        raise StoreError(f"store {location.redacted()} could not be reached: {exc}") from None
+    return Store(location, client)
+
+
+def quote_identifier(name: str) -> str:
+    """Backtick-quote an identifier (table, database, cluster name) for DDL."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"

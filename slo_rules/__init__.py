@@ -1,0 +1,1 @@
+"""slo_rules stage of tailwatch."""

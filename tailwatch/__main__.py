@@ -1,0 +1,3 @@
+from tailwatch.cli import main
+
+main()

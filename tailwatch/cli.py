@@ -1,0 +1,37 @@
+"""The ``tailwatch`` command line. Each command group lives in ``tailwatch/commands/``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from collectors.errors import TailwatchError
+from tailwatch import __version__
+from tailwatch.commands import schema as schema_commands
+
+
+class _Group(click.Group):
+    """Turns every :class:`TailwatchError` into one ``tailwatch: error: …`` line and exit code 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TailwatchError as exc:
+            click.echo(f"tailwatch: error: {exc}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="tailwatch")
+def main() -> None:
+    """tailwatch: latency tails of AI features, from OpenTelemetry traces in ClickHouse.
+
+    Every command takes --store DSN (or TAILWATCH_STORE): chdb:///abs/path for the embedded
+    engine (default: .tailwatch/store under the working directory) or
+    http(s)://user:password@host:port/database for a ClickHouse server or cluster.
+    """
+
+
+main.add_command(schema_commands.schema)

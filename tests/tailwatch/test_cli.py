@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from tailwatch import __version__
+from tailwatch.cli import main
+
+
+def _all_commands(group, prefix=()):  # type: ignore[no-untyped-def]
+    import click
+
+    for name, cmd in group.commands.items():
+        path = (*prefix, name)
+        yield path
+        if isinstance(cmd, click.Group):
+            yield from _all_commands(cmd, path)
+
+
+def test_version_and_help_on_every_command() -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["--version"])
+    assert result.exit_code == 0 and __version__ in result.output
+    for path in _all_commands(main):
+        result = runner.invoke(main, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+        assert "Usage:" in result.output
+
+
+def test_schema_apply_then_print(tmp_path: Path) -> None:
+    dsn = "chdb://" + str(tmp_path / "s")
+    cmd = [sys.executable, "-m", "tailwatch", "schema", "apply", "--store", dsn]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "applied  collectors v1 otel_traces" in first.stdout
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0 and second.stdout.startswith("0 applied")
+    printed = CliRunner().invoke(main, ["schema", "print", "--cluster", "c1"])
+    assert printed.exit_code == 0
+    assert "ON CLUSTER `c1`" in printed.output and "Distributed(" in printed.output
+
+
+def test_bad_dsn_is_one_line() -> None:
+    result = CliRunner().invoke(main, ["schema", "apply", "--store", "mysql://x"])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("tailwatch: error: store DSN 'mysql://x' is not supported")
