@@ -3,8 +3,9 @@
 ``otel_traces`` and ``otel_traces_trace_id_ts`` (+ its materialized view) are created exactly as the
 Collector's ``clickhouseexporter`` creates them, so a table a Collector wrote is read unchanged and
 tailwatch's writes look like the Collector's. Downstream stages declare their ``tailwatch_*`` tables
-as :class:`Migration` objects; :func:`apply_schema` records each applied (component, version) in
-``tailwatch_schema_migrations`` so applying twice is a no-op.
+as :class:`Migration` objects in their own ``schema`` module (``MIGRATIONS``); :func:`apply_schema`
+records each applied (component, version) in ``tailwatch_schema_migrations`` so applying twice is a
+no-op.
 
 With ``cluster`` set, every statement carries ``ON CLUSTER``, engines become ``Replicated*MergeTree``
 and large tables get a ``Distributed`` table in front of a ``*_local`` one (sharded by TraceId, so a
@@ -243,26 +244,6 @@ class SchemaReport:
     already: list[str] = field(default_factory=list)
 
 
-def registered_migrations() -> list[Migration]:
-    """The trace schema plus every stage's ``tailwatch_*`` migrations that can be imported.
-
-    Stages register by exposing ``MIGRATIONS`` from their ``schema`` module; ``collectors`` does
-    not import them (imports follow the data), it only looks them up by name.
-    """
-    import importlib
-
-    migrations: list[Migration] = list(TRACES_MIGRATIONS)
-    for module_name in ("analytics.schema", "slo_rules.schema", "tailwatch.schema"):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        migrations.extend(getattr(module, "MIGRATIONS", ()))
-    return migrations
-
-
 def render_ddl(migrations: Sequence[Migration], ctx: DDLContext) -> str:
     """The DDL of the given migrations as one script (``tailwatch schema print``)."""
     out: list[str] = []
@@ -318,5 +299,5 @@ def apply_schema(
 
 
 def ensure_schema(store: Store) -> SchemaReport:
-    """Apply every registered migration; the entry point commands use before touching the store."""
-    return apply_schema(store, registered_migrations())
+    """Apply the trace schema (``otel_traces`` and its lookup); later stages apply their own."""
+    return apply_schema(store, TRACES_MIGRATIONS)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from collectors.schema import ensure_schema
 from collectors.store import Store, open_store
+from tailwatch.schema import ensure_all
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TAILWATCH_BIN = str(Path(sys.executable).with_name("tailwatch"))
@@ -27,7 +27,7 @@ def store(store_dsn: str) -> Iterator[Store]:
     """A fresh embedded store with the whole schema applied, closed after the test."""
     s = open_store(store_dsn)
     try:
-        ensure_schema(s)
+        ensure_all(s)
         yield s
     finally:
         s.close()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import click
 
-from collectors.schema import DDLContext, apply_schema, registered_migrations, render_ddl
+from collectors.schema import DDLContext, render_ddl
 from collectors.store import open_store, parse_dsn, resolve_dsn
 from tailwatch.commands._common import store_option
+from tailwatch.schema import all_migrations, ensure_all
 
 
 @click.group()
@@ -25,7 +26,7 @@ def print_ddl(cluster: str | None, ttl_days: int | None, database: str | None, s
     """Print the DDL without touching any store."""
     db = database or parse_dsn(resolve_dsn(store_dsn)).database
     click.echo(
-        render_ddl(registered_migrations(), DDLContext(database=db, cluster=cluster, ttl_days=ttl_days)),
+        render_ddl(all_migrations(), DDLContext(database=db, cluster=cluster, ttl_days=ttl_days)),
         nl=False,
     )
 
@@ -37,7 +38,7 @@ def print_ddl(cluster: str | None, ttl_days: int | None, database: str | None, s
 def apply(cluster: str | None, ttl_days: int | None, store_dsn: str | None) -> None:
     """Create the schema in the store (idempotent; records applied migrations)."""
     with open_store(store_dsn) as store:
-        report = apply_schema(store, registered_migrations(), cluster=cluster, ttl_days=ttl_days)
+        report = ensure_all(store, cluster=cluster, ttl_days=ttl_days)
     for label in report.applied:
         click.echo(f"applied  {label}")
     click.echo(

@@ -10,7 +10,6 @@ from collectors.schema import (
     TRACES_MIGRATIONS,
     DDLContext,
     apply_schema,
-    ensure_schema,
     render_ddl,
 )
 from collectors.spans import SpanEvent, SpanLink, SpanRow, insert_spans, read_spans
@@ -77,10 +76,12 @@ def test_applying_twice_is_a_no_op(raw_store: Store) -> None:
     assert recorded == [("collectors", 1), ("collectors", 2)]
 
 
-def test_ensure_schema_applies_every_registered_stage(raw_store: Store) -> None:
-    report = ensure_schema(raw_store)
-    assert ensure_schema(raw_store).applied == []
-    assert report.applied
+def test_ensure_all_applies_every_stage_once(raw_store: Store) -> None:
+    from tailwatch.schema import all_migrations, ensure_all
+
+    report = ensure_all(raw_store)
+    assert len(report.applied) == len(all_migrations())
+    assert ensure_all(raw_store).applied == []
 
 
 def _span(**kw: object) -> SpanRow:
