@@ -31,7 +31,7 @@ browser:
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check collectors analytics slo_rules dashboards tailwatch tests bench
+	$(BIN)/ruff format --check .
 
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
