@@ -1,0 +1,515 @@
+"""Synthetic traces with a known ground truth, for the analytics tests and every stage that reads them.
+
+Each builder returns ``list[SpanRow]`` shaped the way real instrumentation writes spans (GenAI,
+HTTP and messaging semantic conventions), so the analysis under test sees what production sees::
+
+    from tests.analytics.builders import T0, MS, hot_request, cold_job, workflow_run, scenario_llm_regression
+    spans = hot_request("chat-api", "POST /chat", T0, 420.0, version="1.2.0", llm_ms=300.0,
+                        internal=[("db.query", 40.0)])
+    insert_spans(store, spans)
+
+Times are integer nanoseconds since the epoch; ``T0`` is a fixed UTC instant so tests are repeatable.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from collectors.spans import SpanLink, SpanRow, new_span_id, new_trace_id
+
+__all__ = [
+    "MS",
+    "T0",
+    "T0_DT",
+    "S",
+    "Scenario",
+    "at",
+    "cold_job",
+    "dt",
+    "hot_request",
+    "scenario_abandonment_cliff",
+    "scenario_cold_queues",
+    "scenario_internal_regression",
+    "scenario_llm_regression",
+    "scenario_release_coupling",
+    "scenario_retries",
+    "workflow_run",
+]
+
+MS = 1_000_000
+S = 1_000_000_000
+T0_DT = datetime(2026, 11, 2, 8, 0, tzinfo=UTC)
+T0 = int(T0_DT.timestamp()) * S
+
+
+def at(offset_s: float) -> int:
+    """Nanoseconds at ``offset_s`` seconds after :data:`T0`."""
+    return T0 + int(offset_s * S)
+
+
+def dt(ns: int) -> datetime:
+    """A UTC datetime for a nanosecond timestamp (microsecond precision)."""
+    return datetime.fromtimestamp(ns // 1000 / 1e6, tz=UTC)
+
+
+def _kind(kind: str, legacy: bool) -> str:
+    return "SPAN_KIND_" + kind.upper() if legacy else kind
+
+
+def _status(status: str, legacy: bool) -> str:
+    return "STATUS_CODE_" + status.upper() if legacy else status
+
+
+def _llm_attrs(
+    provider: str, model: str, operation: str = "chat", tokens: tuple[int, int] | None = None
+) -> dict[str, str]:
+    attrs = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.provider.name": provider,
+        "gen_ai.request.model": model,
+    }
+    if tokens is not None:
+        attrs["gen_ai.usage.input_tokens"] = str(tokens[0])
+        attrs["gen_ai.usage.output_tokens"] = str(tokens[1])
+    return attrs
+
+
+def hot_request(
+    service: str,
+    operation: str,
+    start_ns: int,
+    duration_ms: float,
+    version: str = "1.0.0",
+    llm_ms: float | Sequence[float] | None = None,
+    internal: Sequence[tuple[str, float]] = (),
+    *,
+    provider: str = "openai",
+    model: str = "gpt-4o",
+    abandoned: bool = False,
+    http_status: int | None = None,
+    llm_status: str = "Unset",
+    llm_throttled: bool = False,
+    llm_retries: int = 0,
+    trace_id: str | None = None,
+    legacy: bool = False,
+    mark_hot: bool = False,
+) -> list[SpanRow]:
+    """One hot-path request: a Server root span and, in order, its internal then its LLM children.
+
+    ``internal`` is ``[(span_name, ms), ...]`` (plain Internal spans); ``llm_ms`` one or several
+    synchronous ``chat`` calls (Client spans with GenAI attributes). Children run back to back from
+    the root's start; the root lasts ``max(duration_ms, sum of children)`` and owns the rest as
+    self time. ``llm_retries`` adds failed attempts (429) before each LLM call, as siblings with
+    ``http.request.resend_count``. ``legacy`` writes the pre-2024 ``SPAN_KIND_*`` spellings;
+    ``mark_hot`` makes the root an Internal span marked ``tailwatch.path=hot`` instead.
+    """
+    trace_id = trace_id or new_trace_id()
+    root_id = new_span_id()
+    llm_list = (
+        [] if llm_ms is None else ([float(llm_ms)] if isinstance(llm_ms, int | float) else list(llm_ms))
+    )
+    children: list[SpanRow] = []
+    cursor = start_ns
+    for name, ms in internal:
+        children.append(
+            SpanRow(
+                trace_id=trace_id,
+                span_id=new_span_id(),
+                parent_span_id=root_id,
+                name=name,
+                start_ns=cursor,
+                duration_ns=int(ms * MS),
+                kind=_kind("Internal", legacy),
+                service=service,
+                resource_attributes={"service.version": version},
+                status_code=_status("Unset", legacy),
+            )
+        )
+        cursor += int(ms * MS)
+    for ms in llm_list:
+        for attempt in range(llm_retries + 1):
+            final = attempt == llm_retries
+            attrs = _llm_attrs(provider, model, tokens=(500, 200))
+            if attempt:
+                attrs["http.request.resend_count"] = str(attempt)
+            if not final or llm_throttled:
+                attrs["http.response.status_code"] = "429"
+                attrs["error.type"] = "429"
+            span_ms = ms if final else 20.0
+            children.append(
+                SpanRow(
+                    trace_id=trace_id,
+                    span_id=new_span_id(),
+                    parent_span_id=root_id,
+                    name=f"chat {model}",
+                    start_ns=cursor,
+                    duration_ns=int(span_ms * MS),
+                    kind=_kind("Client", legacy),
+                    service=service,
+                    resource_attributes={"service.version": version},
+                    attributes=attrs,
+                    status_code=_status(llm_status if final else "Error", legacy),
+                )
+            )
+            cursor += int(span_ms * MS)
+    total_ns = max(int(duration_ms * MS), cursor - start_ns)
+    root_attrs: dict[str, str] = {}
+    if http_status is not None:
+        root_attrs["http.response.status_code"] = str(http_status)
+    if abandoned:
+        root_attrs["tailwatch.abandoned"] = "true"
+    if mark_hot:
+        root_attrs["tailwatch.path"] = "hot"
+    root = SpanRow(
+        trace_id=trace_id,
+        span_id=root_id,
+        name=operation,
+        start_ns=start_ns,
+        duration_ns=total_ns,
+        kind=_kind("Internal" if mark_hot else "Server", legacy),
+        service=service,
+        resource_attributes={"service.version": version},
+        attributes=root_attrs,
+        status_code=_status("Unset", legacy),
+    )
+    return [root, *children]
+
+
+def cold_job(
+    queue: str,
+    enqueue_ns: int,
+    wait_s: float,
+    processing_s: float,
+    *,
+    completed: bool = True,
+    via: str = "link",
+    producer_service: str = "api",
+    consumer_service: str = "worker",
+    llm_model: str | None = None,
+    provider: str = "openai",
+    legacy: bool = False,
+) -> list[SpanRow]:
+    """One queued job: a Producer ``send`` span and, if ``completed``, the Consumer ``process`` span.
+
+    The consumer starts ``wait_s`` after the enqueue and runs ``processing_s``, so enqueue-to-ready
+    is ``wait_s + processing_s``. ``via="link"`` puts the consumer in its own trace with a span link
+    to the producer (the batch convention); ``via="parent"`` makes it the producer's child. With
+    ``llm_model`` the consumer makes one LLM call (cold-path use of a model pool).
+    """
+    if via not in ("link", "parent"):
+        raise ValueError(f"via must be 'link' or 'parent', got {via!r}")
+    producer_trace = new_trace_id()
+    producer_id = new_span_id()
+    spans = [
+        SpanRow(
+            trace_id=producer_trace,
+            span_id=producer_id,
+            name=f"send {queue}",
+            start_ns=enqueue_ns,
+            duration_ns=2 * MS,
+            kind=_kind("Producer", legacy),
+            service=producer_service,
+            attributes={"messaging.destination.name": queue, "messaging.operation.type": "send"},
+        )
+    ]
+    if not completed:
+        return spans
+    consumer_trace = new_trace_id() if via == "link" else producer_trace
+    consumer_id = new_span_id()
+    consumer_start = enqueue_ns + int(wait_s * S)
+    spans.append(
+        SpanRow(
+            trace_id=consumer_trace,
+            span_id=consumer_id,
+            parent_span_id="" if via == "link" else producer_id,
+            name=f"process {queue}",
+            start_ns=consumer_start,
+            duration_ns=int(processing_s * S),
+            kind=_kind("Consumer", legacy),
+            service=consumer_service,
+            attributes={"messaging.destination.name": queue, "messaging.operation.type": "process"},
+            links=(SpanLink(producer_trace, producer_id),) if via == "link" else (),
+        )
+    )
+    if llm_model is not None:
+        spans.append(
+            SpanRow(
+                trace_id=consumer_trace,
+                span_id=new_span_id(),
+                parent_span_id=consumer_id,
+                name=f"chat {llm_model}",
+                start_ns=consumer_start,
+                duration_ns=max(1, int(processing_s * S) // 2),
+                kind="Client",
+                service=consumer_service,
+                attributes=_llm_attrs(provider, llm_model, tokens=(800, 300)),
+            )
+        )
+    return spans
+
+
+def workflow_run(
+    workflow: str,
+    start_ns: int,
+    hops: Sequence[str] = ("plan", "research", "answer"),
+    retries: Mapping[str, int] | None = None,
+    *,
+    hop_ms: float = 100.0,
+    tokens: tuple[int, int] = (600, 400),
+    service: str = "agent-runner",
+    provider: str = "openai",
+    model: str = "gpt-4o",
+    tool_hops: Iterable[str] = (),
+) -> list[SpanRow]:
+    """One agent workflow run: ``invoke_workflow {workflow}`` with one child per hop, in order.
+
+    A hop is a ``chat`` call named after the hop (or an ``execute_tool`` span wrapping a ``chat``
+    call for names in ``tool_hops``). ``retries[hop] = n`` adds n failed attempts before the final
+    one: siblings with the same name and ``http.request.resend_count`` 1..n. Every attempt spends
+    ``tokens`` (input, output).
+    """
+    retries = dict(retries or {})
+    tool_set = set(tool_hops)
+    trace_id = new_trace_id()
+    root_id = new_span_id()
+    spans: list[SpanRow] = []
+    cursor = start_ns
+    for hop in hops:
+        for attempt in range(retries.get(hop, 0) + 1):
+            final = attempt == retries.get(hop, 0)
+            span_id = new_span_id()
+            if hop in tool_set:
+                attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": hop}
+            else:
+                attrs = _llm_attrs(provider, model, tokens=tokens)
+            if attempt:
+                attrs["http.request.resend_count"] = str(attempt)
+            if not final:
+                attrs["error.type"] = "timeout"
+            spans.append(
+                SpanRow(
+                    trace_id=trace_id,
+                    span_id=span_id,
+                    parent_span_id=root_id,
+                    name=hop,
+                    start_ns=cursor,
+                    duration_ns=int(hop_ms * MS),
+                    kind="Internal" if hop in tool_set else "Client",
+                    service=service,
+                    attributes=attrs,
+                    status_code="Unset" if final else "Error",
+                )
+            )
+            if hop in tool_set:
+                spans.append(
+                    SpanRow(
+                        trace_id=trace_id,
+                        span_id=new_span_id(),
+                        parent_span_id=span_id,
+                        name=f"chat {model}",
+                        start_ns=cursor,
+                        duration_ns=int(hop_ms * MS * 0.8),
+                        kind="Client",
+                        service=service,
+                        attributes=_llm_attrs(provider, model, tokens=tokens),
+                    )
+                )
+            cursor += int(hop_ms * MS)
+    spans.insert(
+        0,
+        SpanRow(
+            trace_id=trace_id,
+            span_id=root_id,
+            name=f"invoke_workflow {workflow}",
+            start_ns=start_ns,
+            duration_ns=cursor - start_ns + MS,
+            kind="Internal",
+            service=service,
+            attributes={"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": workflow},
+        ),
+    )
+    return spans
+
+
+# --------------------------------------------------------------------------------------------
+# Scenarios: whole data sets with the answer attached.
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Spans plus the windows to analyze them with and the expected answer."""
+
+    spans: list[SpanRow]
+    start: datetime
+    end: datetime
+    baseline_start: datetime
+    baseline_end: datetime
+    service: str = ""
+    operation: str = ""
+    expected: Mapping[str, object] = field(default_factory=dict)
+
+
+def _attribution_scenario(kind: str, seed: int, requests: int) -> Scenario:
+    """Baseline hour then current hour of ``chat-api POST /chat``; the current hour's tail is slower
+    because of its LLM call (``kind="llm"``) or its ``db.query`` span (``kind="internal"``)."""
+    rng = random.Random(seed)
+    spans: list[SpanRow] = []
+    for window in (0, 1):
+        base = at(window * 3600)
+        for i in range(requests):
+            start = base + int(i * (3500 / requests) * S)
+            llm = rng.uniform(150.0, 300.0)
+            db = rng.uniform(20.0, 60.0)
+            tail = i % 50 == 0  # 2% of requests form the tail
+            if tail:
+                llm += 400.0
+                db += 100.0
+                if window == 1 and kind == "llm":
+                    llm += 1200.0
+                if window == 1 and kind == "internal":
+                    db += 1200.0
+            spans += hot_request(
+                "chat-api",
+                "POST /chat",
+                start,
+                0.0,
+                version="2.0.0",
+                llm_ms=llm,
+                internal=[("auth", 5.0), ("db.query", db)],
+                provider="openai",
+                model="gpt-4o",
+                http_status=200,
+            )
+    return Scenario(
+        spans=spans,
+        start=dt(at(3600)),
+        end=dt(at(7200)),
+        baseline_start=dt(at(0)),
+        baseline_end=dt(at(3600)),
+        service="chat-api",
+        operation="POST /chat",
+        expected={
+            "verdict": kind,
+            "top_span": "chat gpt-4o" if kind == "llm" else "db.query",
+            "delta_ms": 1200.0,
+        },
+    )
+
+
+def scenario_llm_regression(seed: int = 7, requests: int = 400) -> Scenario:
+    """The current hour's tail requests spend +1200 ms in the LLM call: verdict ``llm``."""
+    return _attribution_scenario("llm", seed, requests)
+
+
+def scenario_internal_regression(seed: int = 11, requests: int = 400) -> Scenario:
+    """The current hour's tail requests spend +1200 ms in ``db.query``: verdict ``internal``."""
+    return _attribution_scenario("internal", seed, requests)
+
+
+def scenario_release_coupling(seed: int = 3, per_release: int = 600) -> Scenario:
+    """Four releases of ``chat-api POST /chat``, one every 6 h over a day.
+
+    1.0.0 → 1.1.0 and 1.2.0 → 1.3.0 change nothing; 1.2.0 adds a synchronous LLM call that makes
+    the tail ≈ +800 ms (p99 steps up). Expected: only 1.2.0 significant, coupled.
+    """
+    rng = random.Random(seed)
+    spans: list[SpanRow] = []
+    versions = ("1.0.0", "1.1.0", "1.2.0", "1.3.0")
+    for index, version in enumerate(versions):
+        base = at(index * 6 * 3600)
+        for i in range(per_release):
+            start = base + int(i * (6 * 3600 - 60) / per_release * S)
+            work = rng.lognormvariate(5.3, 0.35)  # ~200 ms median, tail ~450 ms
+            llm = None
+            if index >= 2:
+                llm = rng.lognormvariate(5.0, 0.3) + (700.0 if rng.random() < 0.05 else 0.0)
+            spans += hot_request(
+                "chat-api",
+                "POST /chat",
+                start,
+                work + (llm or 0.0),
+                version=version,
+                llm_ms=llm,
+                internal=[("handler", work * 0.8)],
+            )
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(24 * 3600)),
+        baseline_start=dt(at(-24 * 3600)),
+        baseline_end=dt(at(0)),
+        service="chat-api",
+        operation="POST /chat",
+        expected={"significant": {"1.1.0": False, "1.2.0": True, "1.3.0": False}, "coupled": True},
+    )
+
+
+def scenario_cold_queues(jobs: int = 500) -> Scenario:
+    """A healthy queue (``emails``: 1 s to ready, little spread) and a starved one
+    (``doc-summaries``: p50 3 s, p99 180 s), plus 5 pending jobs on ``doc-summaries``."""
+    spans: list[SpanRow] = []
+    for i in range(jobs):
+        enq = at(i * 6.0)
+        spans += cold_job("emails", enq, 0.5 + (i % 10) * 0.02, 0.5)
+        # 98% finish around 3 s; the slowest 2% wait 180 s (the starved tail).
+        wait = 179.0 if i % 50 in (0, 1) else 1.0 + (i % 7) * 0.2
+        spans += cold_job("doc-summaries", enq + MS, wait, 1.0, consumer_service="summary-worker")
+    for i in range(5):
+        spans += cold_job("doc-summaries", at(3000 + i), 0.0, 0.0, completed=False)
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(3600)),
+        baseline_start=dt(at(-3600)),
+        baseline_end=dt(at(0)),
+        expected={"starved": {"doc-summaries": True, "emails": False}, "pending": {"doc-summaries": 5}},
+    )
+
+
+def scenario_abandonment_cliff(requests: int = 2000) -> Scenario:
+    """``web`` ``GET /answer``: latency spread evenly over 0–4 s; below 2000 ms 2% abandon, from
+    2000 ms on 40% abandon (status 499). Expected cliff_ms = 2000."""
+    spans: list[SpanRow] = []
+    for i in range(requests):
+        duration = (i * 7919 % requests) / requests * 4000.0 + 1.0
+        abandon = (i % 50 == 0) if duration < 2000 else (i % 5 in (0, 1))
+        spans += hot_request(
+            "web",
+            "GET /answer",
+            at(i * 1.5),
+            duration,
+            version="1.0.0",
+            http_status=499 if abandon else 200,
+        )
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(3600)),
+        baseline_start=dt(at(-3600)),
+        baseline_end=dt(at(0)),
+        service="web",
+        operation="GET /answer",
+        expected={"cliff_ms": 2000},
+    )
+
+
+def scenario_retries(runs: int = 200) -> Scenario:
+    """``claims-triage``: 3 hops, exactly 5% of calls of each hop retried once (10 of 200 runs per
+    hop). Expected per-hop retry_rate 0.05, modeled amplification 1.05³ ≈ 1.1576, attempt and token
+    amplification 3.15/3 = 1.05 observed."""
+    hops = ("classify", "extract", "decide")
+    spans: list[SpanRow] = []
+    for i in range(runs):
+        retries = {hop: 1 for k, hop in enumerate(hops) if (i + 7 * k) % 20 == 0}
+        spans += workflow_run("claims-triage", at(i * 10.0), hops, retries)
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(3600)),
+        baseline_start=dt(at(-3600)),
+        baseline_end=dt(at(0)),
+        expected={"retry_rate": 0.05, "modeled_amplification": 1.05**3, "attempt_amplification": 1.05},
+    )
