@@ -9,6 +9,7 @@ import click
 
 from collectors.errors import TailwatchError
 from tailwatch import __version__
+from tailwatch.commands import generate as generate_commands
 from tailwatch.commands import schema as schema_commands
 
 
@@ -35,3 +36,4 @@ def main() -> None:
 
 
 main.add_command(schema_commands.schema)
+main.add_command(generate_commands.generate)
