@@ -10,7 +10,9 @@ import click
 from collectors.errors import TailwatchError
 from tailwatch import __version__
 from tailwatch.commands import generate as generate_commands
+from tailwatch.commands import config as config_commands
 from tailwatch.commands import schema as schema_commands
+from tailwatch.commands import serve as serve_commands
 
 
 class _Group(click.Group):
@@ -36,4 +38,6 @@ def main() -> None:
 
 
 main.add_command(schema_commands.schema)
+main.add_command(serve_commands.serve)
+main.add_command(config_commands.config)
 main.add_command(generate_commands.generate)

@@ -1,0 +1,98 @@
+"""``tailwatch serve``: receivers, scheduled jobs, alert delivery and the read API in one process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+import click
+
+from tailwatch.commands._common import store_option
+from tailwatch.config import CONFIG_ENV, load_config, resolve_overrides
+from tailwatch.logs import setup_logging
+
+log = logging.getLogger("tailwatch.serve")
+
+
+@click.command()
+@store_option
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    help=f"TOML config file [env {CONFIG_ENV}; default ./tailwatch.toml when present].",
+)
+@click.option(
+    "--otlp-http", metavar="HOST:PORT", help="OTLP/HTTP + API listen address, or off [127.0.0.1:4318]."
+)
+@click.option("--otlp-grpc", metavar="HOST:PORT", help="OTLP/gRPC listen address, or off [127.0.0.1:4317].")
+@click.option(
+    "--log-format",
+    type=click.Choice(["plain", "json"]),
+    default=None,
+    help="Log lines as plain text or JSON objects [plain].",
+)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None, help="[info]"
+)
+def serve(
+    store_dsn: str | None,
+    config_path: Path | None,
+    otlp_http: str | None,
+    otlp_grpc: str | None,
+    log_format: str | None,
+    log_level: str | None,
+) -> None:
+    """Run the receivers, the scheduled jobs and the read API until SIGTERM/SIGINT.
+
+    Jobs: latency rollups, the analysis, rule evaluation + alert delivery, dashboard export, each
+    on its [schedule] entry. With a chdb:// store the service owns it; `analyze`, `alerts list`
+    and `dashboard export` then reach it through GET/POST /api/v1/... on the OTLP/HTTP port,
+    which also serves the latest dashboards under /dashboards/.
+    """
+    from tailwatch.service import Service
+
+    # store_option folds TAILWATCH_STORE into --store; only a real command-line value may
+    # override the file, so the environment layer is left to load_config.
+    store_arg = store_dsn if store_dsn and store_dsn != os.environ.get("TAILWATCH_STORE") else None
+    config = load_config(
+        config_path,
+        overrides=resolve_overrides(
+            store=store_arg,
+            otlp_http=otlp_http,
+            otlp_grpc=otlp_grpc,
+            log_format=log_format,
+            log_level=log_level,
+        ),
+    )
+    setup_logging(config.log.format, config.log.level)
+
+    stop = threading.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    service = Service(config)
+    service.start()
+    click.echo(f"tailwatch serve: listening; API {service.api_url or 'off'}", err=True)
+    while not stop.wait(1.0):
+        pass
+    log.info("%s received: stopping", signal.Signals(received[0]).name if received else "stop")
+    clean = service.stop()
+    logging.shutdown()
+    if not clean:
+        # A job overran shutdown_timeout: its worker thread would keep the interpreter alive.
+        # The queue is already flushed, so leaving now loses nothing acknowledged.
+        sys.stderr.flush()
+        os._exit(0)

@@ -1,0 +1,181 @@
+"""How a read command reaches the running service that owns an embedded store.
+
+``tailwatch serve`` with a ``chdb://`` store writes ``<store dir>/tailwatch-service.json`` (its API
+URL, pid and the name of the token variable) once listening, and removes it at exit. A command
+that gets :class:`~collectors.errors.StoreInUseError` from ``open_store`` asks :func:`for_store`
+for a :class:`RemoteService` and calls the same operation over HTTP::
+
+    try:
+        store = open_store(dsn)
+    except StoreInUseError as exc:
+        service = remote.for_store(dsn, exc)     # or raises one line saying why not
+        payload = service.analyze(start, end)
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import polars as pl
+
+from collectors.errors import StoreInUseError
+from collectors.store import parse_dsn, resolve_dsn
+from tailwatch.config import INGEST_TOKEN_ENV
+
+__all__ = ["RemoteService", "ServiceUnavailableError", "find_service", "for_store"]
+
+SERVICE_FILE = "tailwatch-service.json"
+
+
+class ServiceUnavailableError(StoreInUseError):
+    """The store is held by another process and no service API answers for it."""
+
+
+@dataclass(frozen=True)
+class ServiceEndpoint:
+    api_url: str
+    pid: int
+    token_env: str = INGEST_TOKEN_ENV
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # exists, owned by another user
+    return True
+
+
+def find_service(dsn: str | None) -> ServiceEndpoint | None:
+    """The service that announced itself for this embedded store, if its process is alive."""
+    location = parse_dsn(resolve_dsn(dsn))
+    if not location.embedded:
+        return None
+    path = Path(location.path) / SERVICE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        endpoint = ServiceEndpoint(
+            api_url=str(data["api_url"]).rstrip("/"),
+            pid=int(data["pid"]),
+            token_env=str(data.get("token_env") or INGEST_TOKEN_ENV),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return endpoint if _alive(endpoint.pid) else None
+
+
+class RemoteService:
+    """The read operations of a running service, over its HTTP API."""
+
+    def __init__(self, endpoint: ServiceEndpoint, dsn: str, timeout_s: float = 600.0) -> None:
+        self.endpoint = endpoint
+        self.dsn = dsn
+        token = os.environ.get(endpoint.token_env) or None
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(base_url=endpoint.api_url, headers=headers, timeout=timeout_s)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._client.request(method, path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise ServiceUnavailableError(
+                f"store {self.dsn} is in use by the tailwatch service (pid {self.endpoint.pid}) "
+                f"but its API at {self.endpoint.api_url} did not answer: {exc}"
+            ) from None
+        if response.status_code == 401:
+            raise ServiceUnavailableError(
+                f"the tailwatch service at {self.endpoint.api_url} requires its token: "
+                f"set {self.endpoint.token_env}"
+            )
+        if response.status_code >= 400:
+            try:
+                message = response.json().get("error", response.text)
+            except ValueError:
+                message = response.text
+            raise ServiceUnavailableError(
+                f"the tailwatch service at {self.endpoint.api_url} answered {response.status_code}: "
+                f"{' '.join(str(message).split())[:300]}"
+            )
+        return response
+
+    def analyze(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> dict[str, Any]:
+        """The ``tailwatch analyze --format json`` object for this window."""
+        params = {"start": start.isoformat(), "end": end.isoformat()}
+        if baseline_start is not None and baseline_end is not None:
+            params |= {"baseline_start": baseline_start.isoformat(), "baseline_end": baseline_end.isoformat()}
+        body = self._request("GET", "/api/v1/analyze", params=params).json()
+        assert isinstance(body, dict)
+        return body
+
+    def list_alerts(self, include_resolved_since: datetime | None = None) -> pl.DataFrame:
+        """``slo_rules.list_alerts`` as the service computes it (same columns and types)."""
+        import pyarrow as pa
+
+        params = {"format": "arrow"}
+        if include_resolved_since is not None:
+            params["include_resolved_since"] = include_resolved_since.isoformat()
+        raw = self._request("GET", "/api/v1/alerts", params=params).content
+        table = pa.ipc.open_stream(raw).read_all()
+        frame = pl.from_arrow(table)
+        assert isinstance(frame, pl.DataFrame)
+        return frame
+
+    def export_dashboards(
+        self,
+        out_dir: Path,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        formats: Sequence[str] = ("html",),
+    ) -> tuple[list[Path], str]:
+        """Export through the service and unpack into ``out_dir``; (files, analysis run id)."""
+        body = {
+            "start": start.isoformat() if start else None,
+            "end": end.isoformat() if end else None,
+            "formats": list(formats),
+        }
+        response = self._request("POST", "/api/v1/dashboards/export", json=body)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        files: list[Path] = []
+        with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
+            for name in archive.namelist():
+                target = (out_dir / name).resolve()
+                # Never write outside out_dir, whatever names the archive carries.
+                if out_dir.resolve() not in target.parents:
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.read(name))
+                files.append(target)
+        return files, response.headers.get("X-Tailwatch-Analysis-Run-Id", "")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def for_store(dsn: str | None, cause: StoreInUseError | None = None) -> RemoteService:
+    """The running service's API for this store, or :class:`ServiceUnavailableError` (one line)."""
+    resolved = resolve_dsn(dsn)
+    endpoint = find_service(resolved)
+    if endpoint is None:
+        raise ServiceUnavailableError(
+            f"store {resolved} is in use by another process and no tailwatch service API is "
+            f"announced for it ({SERVICE_FILE} missing or stale); stop that process, or run "
+            "`tailwatch serve` with OTLP/HTTP enabled so read commands can go through its API"
+        ) from cause
+    return RemoteService(endpoint, resolved)

@@ -1,0 +1,692 @@
+"""``tailwatch serve``: receivers, scheduled jobs and the read API in one process.
+
+:class:`JobRunner` owns the APScheduler 3 ``BackgroundScheduler``: one job per stage call, each
+with an interval or cron trigger, ``coalesce=True`` (a backlog of missed ticks runs once),
+``max_instances=1`` (a slow run is never overlapped by the next) and ``misfire_grace_time``. Every
+run — ok, error, or skipped because it missed its slot, overlapped, or this instance does not hold
+the scheduler lease — is one row in ``tailwatch_job_runs`` and one increment in ``/metrics``. A job
+that raises is logged and recorded; the scheduler simply fires it again at the next tick, and the
+receivers never notice.
+
+:class:`Service` wires the stages together: the ingest pipeline and receivers (collectors), the
+API and ``/dashboards/`` routes (:mod:`tailwatch.api`) mounted on the OTLP/HTTP port, the jobs
+(analytics, slo_rules, dashboards) and the discovery file read commands use to find the API.
+
+Usage::
+
+    service = Service(load_config("tailwatch.toml"))
+    service.start()          # returns once listening
+    ...
+    service.stop()           # stop accepting, flush the queue, let the running job finish
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from collectors.store import Store, open_store, parse_dsn
+from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
+from tailwatch.remote import SERVICE_FILE
+from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, MIGRATIONS
+
+__all__ = [
+    "Job",
+    "JobContext",
+    "JobRun",
+    "JobRunner",
+    "JobStatus",
+    "SchedulerLease",
+    "Service",
+    "default_jobs",
+    "recent_job_runs",
+]
+
+log = logging.getLogger("tailwatch.service")
+
+JobStatus = Literal["ok", "error", "skipped"]
+SCHEDULER_LEASE = "scheduler"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def instance_id() -> str:
+    """``host:pid``, the name a run and a lease are recorded under."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class _CountingStore(Store):
+    """The service's store as one job run sees it: the same client, counting rows read.
+
+    It shares the service store's lock (the client is one session and the embedded engine one per
+    process, so every caller must serialize on the same lock) and never closes the client.
+    """
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner.location, inner.client)
+        self._lock = inner._lock
+        self.rows_read = 0
+
+    def query_arrow(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> pa.Table:
+        table = super().query_arrow(sql, parameters, settings)
+        self.rows_read += table.num_rows
+        return table
+
+    def query_rows(
+        self,
+        sql: str,
+        parameters: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> list[tuple[Any, ...]]:
+        rows = super().query_rows(sql, parameters, settings)
+        self.rows_read += len(rows)
+        return rows
+
+    def close(self) -> None:
+        """The service owns the client; a job closing its view must not close it."""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What a job function receives: the store (counting rows read), the config and its start time."""
+
+    store: Store
+    config: TailwatchConfig
+    now: datetime
+
+
+JobFunc = Callable[[JobContext], object]
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named function on a schedule. The function's return value is only logged."""
+
+    name: str
+    schedule: Schedule
+    func: JobFunc
+
+
+@dataclass(frozen=True)
+class JobRun:
+    job: str
+    run_id: str
+    started_at: datetime
+    finished_at: datetime
+    status: JobStatus
+    error: str = ""
+    rows_read: int = 0
+
+
+class _JobMetrics:
+    """The job series on the registry shared with the receivers' ``/metrics``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.runs = Counter(
+            "tailwatch_job_runs", "Scheduled job runs by outcome.", ["job", "status"], registry=registry
+        )
+        self.duration = Histogram(
+            "tailwatch_job_duration_seconds",
+            "Wall time of scheduled job runs.",
+            ["job"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+            registry=registry,
+        )
+        self.rows = Counter(
+            "tailwatch_job_rows_read",
+            "Rows returned by the store to scheduled jobs.",
+            ["job"],
+            registry=registry,
+        )
+        self.last_success = Gauge(
+            "tailwatch_job_last_success_timestamp_seconds",
+            "Unix time of the last successful run of each job.",
+            ["job"],
+            registry=registry,
+        )
+        self.leader = Gauge(
+            "tailwatch_scheduler_leader",
+            "1 when this instance holds the scheduler lease and runs the jobs.",
+            registry=registry,
+        )
+
+
+class SchedulerLease:
+    """Only the holder of this lease runs scheduled jobs; any other instance stays passive.
+
+    A ClickHouse server has no compare-and-set, so the lease is append-and-read-back: an instance
+    that finds no unexpired lease held by someone else appends a renewal stamped with the *server's*
+    clock (so instance clocks never matter), then reads the newest renewal back; whoever wrote the
+    newest one holds it. Two instances racing for an expired lease can both believe they hold it
+    until the loser's next check (one renewal period), never longer. Embedded stores can be opened
+    by one process only, so their lease is trivially held.
+    """
+
+    def __init__(
+        self, store: Store, ttl_s: float, holder: str | None = None, *, exclusive_store: bool | None = None
+    ) -> None:
+        self.store = store
+        self.ttl_ms = max(1, round(ttl_s * 1000))
+        self.holder = holder or instance_id()
+        self.current_holder: str | None = None
+        # An embedded store is exclusive to this process: nobody else can be scheduling on it.
+        self.exclusive = store.embedded if exclusive_store is None else exclusive_store
+
+    def _newest(self) -> tuple[str, bool] | None:
+        rows = self.store.query_rows(
+            f"SELECT holder, expires_at > now64(3) FROM {self.store.table(LEASE_TABLE)} "
+            "WHERE name = {name:String} ORDER BY renewed_at DESC, holder LIMIT 1",
+            {"name": SCHEDULER_LEASE},
+        )
+        return (str(rows[0][0]), bool(rows[0][1])) if rows else None
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; ``True`` while this instance holds it."""
+        if self.exclusive:
+            self.current_holder = self.holder
+            return True
+        newest = self._newest()
+        if newest is not None and newest[1] and newest[0] != self.holder:
+            self.current_holder = newest[0]
+            return False
+        self.store.command(
+            f"INSERT INTO {self.store.table(LEASE_TABLE)} (name, holder, renewed_at, expires_at) "
+            "SELECT {name:String}, {holder:String}, now64(3), now64(3) + toIntervalMillisecond({ttl:UInt32})",
+            {"name": SCHEDULER_LEASE, "holder": self.holder, "ttl": self.ttl_ms},
+        )
+        newest = self._newest()
+        self.current_holder = newest[0] if newest else None
+        return self.current_holder == self.holder
+
+    def release(self) -> None:
+        """Expire our lease now so a standby takes over at its next check, not after the TTL."""
+        if self.exclusive or self.current_holder != self.holder:
+            return
+        self.store.command(
+            f"INSERT INTO {self.store.table(LEASE_TABLE)} (name, holder, renewed_at, expires_at) "
+            "SELECT {name:String}, {holder:String}, now64(3), now64(3) - toIntervalMillisecond(1)",
+            {"name": SCHEDULER_LEASE, "holder": self.holder},
+        )
+        self.current_holder = None
+
+
+class JobRunner:
+    """The APScheduler ``BackgroundScheduler`` running :class:`Job` s, recording every run.
+
+    Usage::
+
+        runner = JobRunner(store, config, [Job("tick", Schedule("interval", seconds=2), fn)])
+        runner.start()
+        ...
+        runner.stop(timeout_s=30)
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        config: TailwatchConfig,
+        jobs: Sequence[Job],
+        *,
+        registry: CollectorRegistry | None = None,
+        lease: SchedulerLease | None = None,
+    ) -> None:
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        self.store = store
+        self.config = config
+        self.jobs = {job.name: job for job in jobs if job.schedule.kind != "off"}
+        self.metrics = _JobMetrics(registry if registry is not None else CollectorRegistry())
+        self.lease = lease if lease is not None else SchedulerLease(store, config.schedule.lease_ttl)
+        self.instance = self.lease.holder
+        self._running = 0
+        self._idle = threading.Condition()
+        self._lease_lock = threading.Lock()
+        self._lease_checked = 0.0
+        self._leader = False
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(max_workers=max(1, len(self.jobs)))},
+            job_defaults={
+                "coalesce": True,
+                "max_instances": 1,
+                "misfire_grace_time": max(1, round(config.schedule.misfire_grace)),
+            },
+        )
+
+    def start(self) -> None:
+        from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
+
+        for job in self.jobs.values():
+            self.scheduler.add_job(
+                self._run, job.schedule.trigger(), args=[job.name], id=job.name, name=job.name
+            )
+            log.info("job %s scheduled: %s", job.name, job.schedule.describe())
+        self.scheduler.add_listener(self._on_not_run, EVENT_JOB_MISSED | EVENT_JOB_MAX_INSTANCES)
+        self.scheduler.start()
+
+    def stop(self, timeout_s: float) -> bool:
+        """No new runs; wait up to ``timeout_s`` for running ones. ``False`` if one is still running."""
+        if self.scheduler.running:
+            self.scheduler.shutdown(wait=False)
+        deadline = time.monotonic() + timeout_s
+        with self._idle:
+            while self._running:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        try:
+            with self._lease_lock:
+                if self._leader:
+                    self.lease.release()
+        except Exception as exc:  # the lease simply expires instead
+            log.warning("could not release the scheduler lease: %s", exc)
+        return True
+
+    def run_now(self, name: str) -> JobRun:
+        """Run one job synchronously in the caller's thread (same recording as a scheduled run)."""
+        return self._run(name)
+
+    def _holds_lease(self) -> tuple[bool, str]:
+        # Checked at most every third of the TTL: a renewal well before expiry, without a store
+        # round trip per job run.
+        with self._lease_lock:
+            now = time.monotonic()
+            if now - self._lease_checked >= self.config.schedule.lease_ttl / 3:
+                try:
+                    self._leader = self.lease.acquire()
+                except Exception as exc:
+                    log.error("scheduler lease check failed: %s", exc)
+                    self._leader = False
+                self._lease_checked = now
+                self.metrics.leader.set(1 if self._leader else 0)
+            return self._leader, self.lease.current_holder or "unknown"
+
+    def _run(self, name: str) -> JobRun:
+        job = self.jobs[name]
+        started = _now()
+        run_id = uuid.uuid4().hex
+        with self._idle:
+            self._running += 1
+        try:
+            leader, holder = self._holds_lease()
+            if not leader:
+                run = JobRun(name, run_id, started, _now(), "skipped", f"scheduler lease held by {holder}")
+                self._record(run, quiet=True)
+                return run
+            view = _CountingStore(self.store)
+            t0 = time.perf_counter()
+            try:
+                result = job.func(JobContext(view, self.config, started))
+            except Exception as exc:
+                error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
+                run = JobRun(name, run_id, started, _now(), "error", error, view.rows_read)
+                log.error(
+                    "job %s failed after %.2fs: %s",
+                    name,
+                    time.perf_counter() - t0,
+                    error,
+                    exc_info=log.isEnabledFor(logging.DEBUG),
+                    extra={"job": name, "run_id": run_id, "status": "error"},
+                )
+            else:
+                run = JobRun(name, run_id, started, _now(), "ok", "", view.rows_read)
+                log.info(
+                    "job %s ok in %.2fs, %d rows read%s",
+                    name,
+                    time.perf_counter() - t0,
+                    view.rows_read,
+                    f": {result}" if result is not None else "",
+                    extra={"job": name, "run_id": run_id, "status": "ok"},
+                )
+            self.metrics.duration.labels(name).observe(time.perf_counter() - t0)
+            self.metrics.rows.labels(name).inc(run.rows_read)
+            if run.status == "ok":
+                self.metrics.last_success.labels(name).set(run.finished_at.timestamp())
+            self._record(run)
+            return run
+        finally:
+            with self._idle:
+                self._running -= 1
+                self._idle.notify_all()
+
+    def _on_not_run(self, event: Any) -> None:
+        from apscheduler.events import EVENT_JOB_MISSED
+
+        reason = (
+            "missed its start by more than misfire_grace (coalesced into the next run)"
+            if event.code == EVENT_JOB_MISSED
+            else "the previous run was still running"
+        )
+        now = _now()
+        log.warning(
+            "job %s skipped: %s", event.job_id, reason, extra={"job": event.job_id, "status": "skipped"}
+        )
+        self._record(JobRun(event.job_id, uuid.uuid4().hex, now, now, "skipped", reason))
+
+    def _record(self, run: JobRun, *, quiet: bool = False) -> None:
+        self.metrics.runs.labels(run.job, run.status).inc()
+        try:
+            self.store.command(
+                f"INSERT INTO {self.store.table(JOB_RUNS_TABLE)} "
+                "(job, run_id, instance, started_at, finished_at, status, error, rows_read) VALUES "
+                "({job:String}, {run_id:String}, {instance:String}, {started:DateTime64(3, 'UTC')}, "
+                "{finished:DateTime64(3, 'UTC')}, {status:String}, {error:String}, {rows:UInt64})",
+                {
+                    "job": run.job,
+                    "run_id": run.run_id,
+                    "instance": self.instance,
+                    "started": run.started_at,
+                    "finished": run.finished_at,
+                    "status": run.status,
+                    "error": run.error,
+                    "rows": run.rows_read,
+                },
+            )
+        except Exception as exc:
+            # The history is best effort: a store that is down must not turn into a job failure loop.
+            if not quiet:
+                log.error("could not record the %s run of job %s: %s", run.status, run.job, exc)
+
+
+def recent_job_runs(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest job runs, newest first (``GET /api/v1/jobs``)."""
+    rows = store.query_rows(
+        "SELECT job, run_id, instance, started_at, finished_at, status, error, rows_read "
+        f"FROM {store.table(JOB_RUNS_TABLE)} ORDER BY started_at DESC LIMIT {{limit:UInt32}}",
+        {"limit": limit},
+    )
+    keys = ("job", "run_id", "instance", "started_at", "finished_at", "status", "error", "rows_read")
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage calls
+# ---------------------------------------------------------------------------------------------
+
+
+def _rollup(ctx: JobContext) -> object:
+    return f"{_stage('analytics').build_rollups(ctx.store, until=ctx.now)} rollup rows written"
+
+
+def _analyze(ctx: JobContext) -> object:
+    analytics = _stage("analytics")
+    analysis_cfg = ctx.config.analysis
+    start = ctx.now - timedelta(seconds=analysis_cfg.window)
+    baseline_start = baseline_end = None
+    if analysis_cfg.baseline:
+        baseline_end = start
+        baseline_start = start - timedelta(seconds=analysis_cfg.baseline)
+    analysis = analytics.analyze(
+        ctx.store, start, ctx.now, baseline_start, baseline_end, conventions=_conventions(ctx.config)
+    )
+    return f"analysis run {analytics.persist_analysis(ctx.store, analysis)}"
+
+
+def _conventions(config: TailwatchConfig) -> Any:
+    if not config.analysis.conventions:
+        return None
+    return _stage("analytics").Conventions(**config.analysis.conventions)
+
+
+@dataclass
+class _Rules:
+    """The rule set, loaded once at start-up (so a bad rule file fails the start, not a job)."""
+
+    files: Sequence[Path]
+    ruleset: Any = None
+
+    def load(self) -> Any:
+        if self.ruleset is None:
+            self.ruleset = _stage("slo_rules").load_rules(list(self.files) or None)
+        return self.ruleset
+
+
+@dataclass
+class _Evaluate:
+    rules: _Rules
+    dashboard_url: Callable[[], str | None]
+    notifiers: list[Any] = field(default_factory=list)
+
+    def __call__(self, ctx: JobContext) -> object:
+        slo_rules = _stage("slo_rules")
+        result = slo_rules.evaluate(
+            ctx.store,
+            self.rules.load(),
+            ctx.now,
+            notifiers=self.notifiers,
+            dashboard_url=self.dashboard_url(),
+            conventions=_conventions(ctx.config),
+        )
+        report = slo_rules.deliver(ctx.store, self.notifiers)
+        return f"{result}; {report}"
+
+
+def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | None = None) -> list[Path]:
+    """Export the dashboards into a fresh directory, then move each file into ``out_dir``.
+
+    Each file is replaced atomically (``os.replace``), so ``/dashboards/`` never serves a
+    half-written view while an export runs.
+    """
+    out_dir = config.dashboards.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    end = now or _now()
+    start = end - timedelta(seconds=config.dashboards.window) if config.dashboards.window else None
+    staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
+    try:
+        report = _stage("dashboards").export_dashboards(
+            store,
+            staging,
+            start,
+            end if start else None,
+            formats=tuple(config.dashboards.formats),
+            conventions=_conventions(config),
+        )
+        published = []
+        for path in report.files:
+            target = out_dir / Path(path).relative_to(staging)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, target)
+            published.append(target)
+        return published
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _dashboards(ctx: JobContext) -> object:
+    files = export_and_publish(ctx.store, ctx.config, ctx.now)
+    return f"{len(files)} files exported to {ctx.config.dashboards.out_dir}"
+
+
+def default_jobs(
+    config: TailwatchConfig,
+    *,
+    rules: _Rules | None = None,
+    dashboard_url: Callable[[], str | None] | None = None,
+) -> list[Job]:
+    """The four stage jobs on their configured schedules."""
+    rules = rules or _Rules(config.rules.files)
+    funcs: dict[JobName, JobFunc] = {
+        "rollup": _rollup,
+        "analyze": _analyze,
+        "evaluate": _Evaluate(rules, dashboard_url or config.dashboard_url, config.notifiers()),
+        "dashboards": _dashboards,
+    }
+    return [Job(name, config.schedule.job(name), funcs[name]) for name in JOB_NAMES]
+
+
+# ---------------------------------------------------------------------------------------------
+# The service
+# ---------------------------------------------------------------------------------------------
+
+
+class Service:
+    """Receivers + jobs + API over one store, started and stopped as a unit."""
+
+    def __init__(
+        self,
+        config: TailwatchConfig,
+        *,
+        jobs: Sequence[Job] | None = None,
+        registry: CollectorRegistry | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self._jobs_override = jobs
+        self.store: Store | None = None
+        self.pipeline: Any = None
+        self.receivers: Any = None
+        self.runner: JobRunner | None = None
+        self.rules = _Rules(config.rules.files)
+        self.api_url: str | None = None
+        self._service_file: Path | None = None
+
+    # The URL alerts link to: configured, else this service's own /dashboards once listening.
+    def dashboard_url(self) -> str | None:
+        if self.config.dashboards.public_url:
+            return self.config.dashboards.public_url.rstrip("/")
+        return f"{self.api_url}/dashboards" if self.api_url else None
+
+    def start(self) -> None:
+        """Open the store, apply the schema, start receivers and jobs; returns once listening."""
+        collectors = _stage("collectors")
+        from collectors.schema import apply_schema
+        from tailwatch.api import ServiceApi, api_routes
+        from tailwatch.schema import ensure_all
+
+        config = self.config
+        jobs = list(self._jobs_override) if self._jobs_override is not None else None
+        if jobs is None and config.schedule.enabled:
+            # Load the rules before anything listens: a broken rule file is a start-up error.
+            self.rules.load()
+        self.store = open_store(config.store)
+        try:
+            ensure_all(self.store)
+            apply_schema(self.store, MIGRATIONS)
+            settings = collectors.PipelineSettings(
+                batch_rows=config.ingest.batch_rows,
+                flush_interval_s=config.ingest.flush_interval,
+                max_queue_spans=config.ingest.max_queue_spans,
+                spool_dir=config.ingest.spool_dir,
+                max_request_bytes=config.ingest.max_request_bytes,
+            )
+            self.pipeline = collectors.IngestPipeline(self.store, settings, registry=self.registry)
+            self.pipeline.start()
+            token = config.auth.token()
+            api = ServiceApi(self.store, config, token=token, run_job=self._run_job_for_api)
+            self.receivers = collectors.Receivers(
+                self.pipeline,
+                http=config.receiver.otlp_http,
+                grpc=config.receiver.otlp_grpc,
+                token=token,
+                extra_routes=api_routes(api),
+                registry=self.registry,
+            )
+            self.receivers.start()
+            if config.receiver.otlp_http:
+                host = config.receiver.otlp_http.rpartition(":")[0]
+                if host in ("0.0.0.0", "::", "[::]", ""):  # noqa: S104 (reach a wildcard bind via loopback)
+                    host = "127.0.0.1"
+                self.api_url = f"http://{host}:{self.receivers.http_port}"
+            if config.schedule.enabled:
+                if jobs is None:
+                    jobs = default_jobs(config, rules=self.rules, dashboard_url=self.dashboard_url)
+                self.runner = JobRunner(self.store, config, jobs, registry=self.registry)
+                self.runner.start()
+            else:
+                log.info("scheduling disabled ([schedule] enabled = false): receivers only")
+            self._write_service_file()
+        except BaseException:
+            self.stop(timeout_s=5)
+            raise
+        log.info(
+            "tailwatch serving store %s; OTLP/HTTP %s, OTLP/gRPC %s",
+            parse_dsn(config.store).redacted(),
+            self.api_url or "off",
+            f"127.0.0.1:{self.receivers.grpc_port}" if config.receiver.otlp_grpc else "off",
+        )
+
+    def _run_job_for_api(self, name: str) -> JobRun:
+        if self.runner is None or name not in self.runner.jobs:
+            raise KeyError(name)
+        return self.runner.run_now(name)
+
+    def stop(self, timeout_s: float | None = None) -> bool:
+        """Stop accepting spans, flush the queue, wait for a running job. ``False`` on timeout."""
+        timeout = self.config.schedule.shutdown_timeout if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        clean = True
+        self._remove_service_file()
+        if self.runner is not None and self.runner.scheduler.running:
+            self.runner.scheduler.shutdown(wait=False)
+        if self.receivers is not None:
+            self.receivers.stop()
+            self.receivers = None
+        if self.pipeline is not None:
+            self.pipeline.stop(timeout_s=max(1.0, deadline - time.monotonic()))
+            self.pipeline = None
+        if self.runner is not None:
+            clean = self.runner.stop(max(0.0, deadline - time.monotonic()))
+            if not clean:
+                log.warning("a job was still running after %.0fs; exiting without waiting for it", timeout)
+            self.runner = None
+        if self.store is not None and clean:
+            self.store.close()
+            self.store = None
+        return clean
+
+    def _write_service_file(self) -> None:
+        location = parse_dsn(self.config.store)
+        if not location.embedded or self.api_url is None:
+            return
+        path = Path(location.path) / SERVICE_FILE
+        body = {
+            "api_url": self.api_url,
+            "pid": os.getpid(),
+            "store": self.config.store,
+            "token_env": self.config.auth.token_env,
+            "started_at": _now().isoformat(),
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        self._service_file = path
+
+    def _remove_service_file(self) -> None:
+        if self._service_file is not None:
+            self._service_file.unlink(missing_ok=True)
+            self._service_file = None
+
+
+def _stage(module: str) -> Any:
+    """A stage package, imported when first used.
+
+    Stage calls go through this untyped handle while the stage packages' public surfaces are still
+    landing; the contract (CONTRACTS.md) fixes their names and signatures.
+    """
+    import importlib
+
+    return importlib.import_module(module)

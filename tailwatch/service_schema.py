@@ -1,0 +1,54 @@
+"""The service's own tables: the record of every scheduled job run, and the scheduler lease.
+
+``tailwatch_job_runs`` is append-only history (one row per run, whatever its outcome), kept for
+90 days. ``tailwatch_scheduler_lease`` holds one logical row per lease name; instances append
+renewals and readers take the newest, so no update or transaction is needed on any ClickHouse.
+"""
+
+from __future__ import annotations
+
+from collectors.schema import DDLContext, Migration
+
+JOB_RUNS_TABLE = "tailwatch_job_runs"
+LEASE_TABLE = "tailwatch_scheduler_lease"
+
+__all__ = ["JOB_RUNS_TABLE", "LEASE_TABLE", "MIGRATIONS"]
+
+
+def _job_runs(ctx: DDLContext) -> list[str]:
+    body = """    job LowCardinality(String),
+    run_id String,
+    instance String,
+    started_at DateTime64(3, 'UTC'),
+    finished_at DateTime64(3, 'UTC'),
+    status LowCardinality(String),
+    error String,
+    rows_read UInt64"""
+    return ctx.create_table(
+        JOB_RUNS_TABLE,
+        body,
+        tail="PARTITION BY toYYYYMM(started_at)\nORDER BY (job, started_at)\n"
+        "TTL toDateTime(started_at) + toIntervalDay(90)",
+    )
+
+
+def _lease(ctx: DDLContext) -> list[str]:
+    body = """    name LowCardinality(String),
+    holder String,
+    renewed_at DateTime64(3, 'UTC'),
+    expires_at DateTime64(3, 'UTC')"""
+    # Renewals accumulate until a merge keeps the newest; readers never depend on merges
+    # (they ORDER BY renewed_at DESC LIMIT 1).
+    return ctx.create_table(
+        LEASE_TABLE,
+        body,
+        kind="ReplacingMergeTree",
+        engine_args="renewed_at",
+        tail="ORDER BY (name, holder)",
+    )
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration("service", 1, JOB_RUNS_TABLE, _job_runs),
+    Migration("service", 2, LEASE_TABLE, _lease),
+)
