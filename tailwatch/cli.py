@@ -9,7 +9,9 @@ import click
 
 from collectors.errors import TailwatchError
 from tailwatch import __version__
+from tailwatch.commands import collect as collect_commands
 from tailwatch.commands import generate as generate_commands
+from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import config as config_commands
 from tailwatch.commands import schema as schema_commands
 from tailwatch.commands import serve as serve_commands
@@ -38,6 +40,8 @@ def main() -> None:
 
 
 main.add_command(schema_commands.schema)
+main.add_command(collect_commands.collect)
+main.add_command(ingest_commands.ingest)
 main.add_command(serve_commands.serve)
 main.add_command(config_commands.config)
 main.add_command(generate_commands.generate)

@@ -1,0 +1,519 @@
+"""OTLP trace requests → ``otel_traces`` Arrow columns, mapped exactly as the Collector's exporter.
+
+Decoding is upb's job (protobuf) or the standard JSON parser's (OTLP/JSON); the cost that matters is
+the copy into columns. :func:`request_to_arrow` therefore touches each span once, appends scalars to
+flat Python lists, and leaves everything that can be done per column to Arrow/NumPy: hex encoding of
+ids (one ``bytes.hex()`` over the concatenated column), durations, enum names, and the per-resource
+columns (ServiceName, ResourceAttributes, scope), which are built once per resource/scope and
+repeated with ``take``.
+
+Mapping (REFERENCE §1): Timestamp = start, Duration = end − start (ns), lowercase hex ids, ``''``
+parent for roots, ``Server``/``Error`` spellings, attribute values stringified like pdata
+``AsString()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTracePartialSuccess,
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+
+from collectors.errors import TailwatchError
+from collectors.schema import TRACES_ARROW_SCHEMA
+
+__all__ = [
+    "DecodedSpans",
+    "OtlpDecodeError",
+    "any_value_to_string",
+    "decode_json",
+    "decode_protobuf",
+    "empty_spans_table",
+    "export_response",
+    "format_double",
+    "request_to_arrow",
+]
+
+# Collector spellings, indexed by the OTLP enum value; the last entry stands for a value outside the
+# enum (the Collector's SpanKindStr/StatusCodeStr return "" for those).
+_KIND_NAMES = pa.array(["Unspecified", "Internal", "Server", "Client", "Producer", "Consumer", ""])
+_STATUS_NAMES = pa.array(["Unset", "Ok", "Error", ""])
+_ZERO_TRACE = bytes(16)
+_ZERO_SPAN = bytes(8)
+_MAX_NS = 2**63  # DateTime64(9) / Arrow timestamp[ns] are signed 64-bit
+_MAX_JSON_DEPTH = 64  # a real OTLP/JSON payload nests ~12 levels; deeper nesting is hostile
+
+
+class OtlpDecodeError(TailwatchError):
+    """The request body is not a decodable ``ExportTraceServiceRequest``."""
+
+
+@dataclass(frozen=True)
+class DecodedSpans:
+    """The valid spans of one request as ``otel_traces`` columns, plus what was rejected and why."""
+
+    table: pa.Table
+    received: int
+    rejected: int
+    error_message: str = ""
+
+    @property
+    def accepted(self) -> int:
+        return self.table.num_rows
+
+
+def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    """Parse a binary ``ExportTraceServiceRequest`` (upb also rejects invalid UTF-8 and deep nesting)."""
+    try:
+        return ExportTraceServiceRequest.FromString(body)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise OtlpDecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
+
+
+def _json_depth_ok(body: bytes) -> bool:
+    # Counting brackets outside strings would need a tokenizer; this cheap upper bound (brackets
+    # anywhere, strings included) only matters for bodies that are mostly brackets, so run it only
+    # when the body could nest deeper than the limit at all.
+    depth = 0
+    for byte in body:
+        if byte == 0x7B or byte == 0x5B:  # { [
+            depth += 1
+            if depth > _MAX_JSON_DEPTH:
+                return False
+        elif byte == 0x7D or byte == 0x5D:  # } ]
+            depth -= 1
+    return True
+
+
+def _hex_id(value: Any) -> str:
+    """OTLP/JSON ids are hex (any case); protobuf's JSON parser wants base64 for bytes fields.
+
+    Invalid hex becomes a 1-byte id, so the span is rejected individually (partial success) rather
+    than failing the whole request.
+    """
+    if not isinstance(value, str):
+        return base64.b64encode(b"\xff").decode()
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        raw = b"\xff"
+    if value and len(value) % 2:
+        raw = b"\xff"
+    return base64.b64encode(raw).decode()
+
+
+def _fix_ids(payload: Any) -> None:
+    if not isinstance(payload, dict):
+        return
+    for rs in _as_list(payload.get("resourceSpans", payload.get("resource_spans"))):
+        if not isinstance(rs, dict):
+            continue
+        for ss in _as_list(rs.get("scopeSpans", rs.get("scope_spans"))):
+            if not isinstance(ss, dict):
+                continue
+            for span in _as_list(ss.get("spans")):
+                if not isinstance(span, dict):
+                    continue
+                for key in ("traceId", "trace_id", "spanId", "span_id", "parentSpanId", "parent_span_id"):
+                    if key in span:
+                        span[key] = _hex_id(span[key])
+                for link in _as_list(span.get("links")):
+                    if isinstance(link, dict):
+                        for key in ("traceId", "trace_id", "spanId", "span_id"):
+                            if key in link:
+                                link[key] = _hex_id(link[key])
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def decode_json(body: bytes) -> ExportTraceServiceRequest:
+    """Parse OTLP/JSON: hex ids in any case, integer (or name) enums, 64-bit ints as strings or
+    numbers, unknown fields ignored."""
+    if body.count(b"[") + body.count(b"{") > _MAX_JSON_DEPTH and not _json_depth_ok(body):
+        raise OtlpDecodeError(f"invalid OTLP/JSON: nested deeper than {_MAX_JSON_DEPTH} levels")
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise OtlpDecodeError(f"invalid JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise OtlpDecodeError("invalid OTLP/JSON: the body must be a JSON object")
+    _fix_ids(payload)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(payload, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
+        raise OtlpDecodeError(f"invalid OTLP/JSON ExportTraceServiceRequest: {exc}") from None
+    return request
+
+
+# --- pdata AsString() --------------------------------------------------------------------------
+
+
+def format_double(value: float) -> str:
+    """A double as pdata ``AsString()`` prints it: Go's encoding/json (ES6) shortest form."""
+    if math.isnan(value) or math.isinf(value):
+        go = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+        return f"json: unsupported value: {go}"
+    text = repr(value)
+    if "e" not in text:
+        return text[:-2] if text.endswith(".0") else text
+    magnitude = abs(value)
+    if magnitude < 1e-6 or magnitude >= 1e21:
+        # Go pads the exponent to two digits like Python, then strips the zero of e-0X.
+        mantissa, exponent = text.split("e")
+        sign, digits = exponent[0], exponent[1:].lstrip("0") or "0"
+        if sign == "+" and len(digits) < 2:
+            digits = digits.rjust(2, "0")
+        return f"{mantissa}e{sign}{digits}"
+    plain = format(Decimal(text), "f")
+    if "." in plain:
+        plain = plain.rstrip("0").rstrip(".")
+    return plain
+
+
+class _GoJsonUnsupported(Exception):
+    """encoding/json refuses NaN/Inf; pdata then returns an empty string."""
+
+
+def _raw(value: AnyValue) -> Any:
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    if which == "int_value":
+        return value.int_value
+    if which == "bool_value":
+        return value.bool_value
+    if which == "double_value":
+        d = value.double_value
+        if math.isnan(d) or math.isinf(d):
+            raise _GoJsonUnsupported
+        return d
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    if which == "array_value":
+        return [_raw(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        # Go maps marshal with sorted keys; a repeated key keeps its last value (pdata AsRaw).
+        out: dict[str, Any] = {}
+        for kv in value.kvlist_value.values:
+            out[kv.key] = _raw(kv.value)
+        return dict(sorted(out.items()))
+    return None
+
+
+_GO_ESCAPES = (
+    ("<", "\\u003c"),
+    (">", "\\u003e"),
+    ("&", "\\u0026"),
+    ("\u2028", "\\u2028"),
+    ("\u2029", "\\u2029"),
+)
+
+
+def _go_json_encode(raw: Any) -> str:
+    if isinstance(raw, str):
+        return json.dumps(raw, ensure_ascii=False)
+    if raw is None:
+        return "null"
+    if isinstance(raw, bool):
+        return "true" if raw else "false"
+    if isinstance(raw, int):
+        return str(raw)
+    if isinstance(raw, float):
+        return format_double(raw)
+    if isinstance(raw, list):
+        return "[" + ",".join(_go_json_encode(v) for v in raw) + "]"
+    return (
+        "{"
+        + ",".join(json.dumps(k, ensure_ascii=False) + ":" + _go_json_encode(v) for k, v in raw.items())
+        + "}"
+    )
+
+
+def _go_json(raw: Any) -> str:
+    text = _go_json_encode(raw)
+    # encoding/json escapes HTML-sensitive characters and the JS line separators; these characters
+    # can only occur inside strings, so a plain replace is exact.
+    for char, escaped in _GO_ESCAPES:
+        if char in text:
+            text = text.replace(char, escaped)
+    return text
+
+
+def any_value_to_string(value: AnyValue) -> str:
+    """pdata ``Value.AsString()``: int decimal, double shortest JSON, bool true/false, bytes base64,
+    array/kvlist JSON (sorted keys), empty value ''."""
+    which = value.WhichOneof("value")
+    if which == "string_value":
+        return value.string_value
+    return _non_string(value, which)
+
+
+def _non_string(value: AnyValue, which: str | None) -> str:
+    if which == "int_value":
+        return str(value.int_value)
+    if which == "bool_value":
+        return "true" if value.bool_value else "false"
+    if which == "double_value":
+        return format_double(value.double_value)
+    if which == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode()
+    if which == "string_value":
+        return value.string_value
+    if which is None:
+        return ""
+    try:
+        return _go_json(_raw(value))
+    except _GoJsonUnsupported:
+        return ""
+
+
+# --- request → columns -------------------------------------------------------------------------
+
+
+def _hex_column(ids: list[bytes]) -> pa.Array:
+    """Lowercase hex of each id, without a per-id Python call: hex the concatenated buffer once."""
+    binary = pa.array(ids, type=pa.binary())
+    offsets = np.frombuffer(binary.buffers()[1], dtype=np.int32, count=len(ids) + 1, offset=binary.offset * 4)
+    start, end = int(offsets[0]), int(offsets[-1])
+    data = bytes(memoryview(binary.buffers()[2] or b"")[start:end]) if end > start else b""
+    hex_offsets = (offsets - start) * 2
+    return pa.StringArray.from_buffers(
+        len(ids), pa.py_buffer(hex_offsets.astype(np.int32).tobytes()), pa.py_buffer(data.hex().encode())
+    )
+
+
+def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.Array:
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, type=pa.int32()),
+        pa.array(keys, type=pa.string()),
+        pa.array(values, type=pa.string()),
+    )
+
+
+def _list_array(offsets: list[int], values: pa.Array) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
+
+
+def _enum_names(names: pa.Array, codes: list[int]) -> pa.Array:
+    limit = len(names) - 1
+    idx = np.asarray(codes, dtype=np.int64)
+    idx = np.where((idx < 0) | (idx >= limit), limit, idx)
+    return names.take(pa.array(idx))
+
+
+def _timestamps(values: Any) -> pa.Array:
+    return pa.array(np.asarray(values, dtype=np.int64), type=pa.int64()).cast(
+        TRACES_ARROW_SCHEMA.field("Timestamp").type
+    )
+
+
+def empty_spans_table() -> pa.Table:
+    return TRACES_ARROW_SCHEMA.empty_table()
+
+
+def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
+    """Columns for every valid span; spans with a bad id or end before start are rejected individually."""
+    starts: list[int] = []
+    ends: list[int] = []
+    trace_ids: list[bytes] = []
+    span_ids: list[bytes] = []
+    parent_ids: list[bytes] = []
+    trace_states: list[str] = []
+    names: list[str] = []
+    kinds: list[int] = []
+    status_codes: list[int] = []
+    status_messages: list[str] = []
+    group_of_span: list[int] = []
+    attr_offsets = [0]
+    attr_keys: list[str] = []
+    attr_values: list[str] = []
+    ev_offsets = [0]
+    ev_ts: list[int] = []
+    ev_names: list[str] = []
+    ev_attr_offsets = [0]
+    ev_keys: list[str] = []
+    ev_values: list[str] = []
+    ln_offsets = [0]
+    ln_trace: list[bytes] = []
+    ln_span: list[bytes] = []
+    ln_state: list[str] = []
+    ln_attr_offsets = [0]
+    ln_keys: list[str] = []
+    ln_values: list[str] = []
+    # Per (resource, scope) group: built once, repeated per span with take().
+    g_service: list[str] = []
+    g_res_offsets = [0]
+    g_res_keys: list[str] = []
+    g_res_values: list[str] = []
+    g_scope_name: list[str] = []
+    g_scope_version: list[str] = []
+
+    received = 0
+    rejected = 0
+    first_error = ""
+    keys_append = attr_keys.append
+    values_append = attr_values.append
+    non_string = _non_string
+
+    for rs in request.resource_spans:
+        res_keys: list[str] = []
+        res_values: list[str] = []
+        service = ""
+        for kv in rs.resource.attributes:
+            text = any_value_to_string(kv.value)
+            res_keys.append(kv.key)
+            res_values.append(text)
+            if kv.key == "service.name":
+                service = text
+        for ss in rs.scope_spans:
+            group = len(g_service)
+            g_service.append(service)
+            g_res_keys.extend(res_keys)
+            g_res_values.extend(res_values)
+            g_res_offsets.append(len(g_res_keys))
+            g_scope_name.append(ss.scope.name)
+            g_scope_version.append(ss.scope.version)
+            for span in ss.spans:
+                received += 1
+                tid = span.trace_id
+                sid = span.span_id
+                pid = span.parent_span_id
+                start = span.start_time_unix_nano
+                end = span.end_time_unix_nano
+                problem = ""
+                if len(tid) != 16 or tid == _ZERO_TRACE:
+                    problem = f"invalid trace_id (length {len(tid)}, must be 16 non-zero bytes)"
+                elif len(sid) != 8 or sid == _ZERO_SPAN:
+                    problem = f"invalid span_id (length {len(sid)}, must be 8 non-zero bytes)"
+                elif pid and len(pid) != 8:
+                    problem = f"invalid parent_span_id (length {len(pid)}, must be 0 or 8 bytes)"
+                elif end < start:
+                    problem = "end_time_unix_nano is before start_time_unix_nano"
+                elif end >= _MAX_NS:
+                    problem = "timestamp beyond the year 2262"
+                elif span.links and any(
+                    len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
+                    for link in span.links
+                ):
+                    problem = "invalid link trace_id/span_id length"
+                if problem:
+                    rejected += 1
+                    if not first_error:
+                        first_error = f"span {sid.hex() or '?'}: {problem}"
+                    continue
+                trace_ids.append(tid)
+                span_ids.append(sid)
+                parent_ids.append(b"" if pid == _ZERO_SPAN else pid)
+                starts.append(start)
+                ends.append(end)
+                trace_states.append(span.trace_state)
+                names.append(span.name)
+                kinds.append(span.kind)
+                status = span.status
+                status_codes.append(status.code)
+                status_messages.append(status.message)
+                group_of_span.append(group)
+                for kv in span.attributes:
+                    keys_append(kv.key)
+                    value = kv.value
+                    which = value.WhichOneof("value")
+                    if which == "string_value":
+                        values_append(value.string_value)
+                    else:
+                        values_append(non_string(value, which))
+                attr_offsets.append(len(attr_keys))
+                if span.events:
+                    for event in span.events:
+                        ev_ts.append(event.time_unix_nano)
+                        ev_names.append(event.name)
+                        for kv in event.attributes:
+                            ev_keys.append(kv.key)
+                            ev_values.append(any_value_to_string(kv.value))
+                        ev_attr_offsets.append(len(ev_keys))
+                ev_offsets.append(len(ev_ts))
+                if span.links:
+                    for link in span.links:
+                        ln_trace.append(b"" if link.trace_id == _ZERO_TRACE else link.trace_id)
+                        ln_span.append(b"" if link.span_id == _ZERO_SPAN else link.span_id)
+                        ln_state.append(link.trace_state)
+                        for kv in link.attributes:
+                            ln_keys.append(kv.key)
+                            ln_values.append(any_value_to_string(kv.value))
+                        ln_attr_offsets.append(len(ln_keys))
+                ln_offsets.append(len(ln_trace))
+
+    if rejected:
+        first_error = f"{rejected} of {received} spans rejected; first: {first_error}"
+    if not trace_ids:
+        return DecodedSpans(empty_spans_table(), received, rejected, first_error)
+
+    start_arr = np.asarray(starts, dtype=np.uint64)
+    duration = np.asarray(ends, dtype=np.uint64) - start_arr
+    groups = pa.array(np.asarray(group_of_span, dtype=np.int32))
+    ev_ts_arr = [t if t < _MAX_NS else _MAX_NS - 1 for t in ev_ts] if ev_ts else []
+    columns = [
+        _timestamps(start_arr.astype(np.int64)),
+        _hex_column(trace_ids),
+        _hex_column(span_ids),
+        _hex_column(parent_ids),
+        pa.array(trace_states, type=pa.string()),
+        pa.array(names, type=pa.string()),
+        _enum_names(_KIND_NAMES, kinds),
+        pa.array(g_service, type=pa.string()).take(groups),
+        _map_array(g_res_offsets, g_res_keys, g_res_values).take(groups),
+        pa.array(g_scope_name, type=pa.string()).take(groups),
+        pa.array(g_scope_version, type=pa.string()).take(groups),
+        _map_array(attr_offsets, attr_keys, attr_values),
+        pa.array(duration, type=pa.uint64()),
+        _enum_names(_STATUS_NAMES, status_codes),
+        pa.array(status_messages, type=pa.string()),
+        _list_array(ev_offsets, _timestamps(ev_ts_arr)),
+        _list_array(ev_offsets, pa.array(ev_names, type=pa.string())),
+        _list_array(ev_offsets, _map_array(ev_attr_offsets, ev_keys, ev_values)),
+        _list_array(ln_offsets, _hex_column(ln_trace)),
+        _list_array(ln_offsets, _hex_column(ln_span)),
+        _list_array(ln_offsets, pa.array(ln_state, type=pa.string())),
+        _list_array(ln_offsets, _map_array(ln_attr_offsets, ln_keys, ln_values)),
+    ]
+    table = pa.Table.from_arrays(columns, schema=TRACES_ARROW_SCHEMA)
+    return DecodedSpans(table, received, rejected, first_error)
+
+
+def export_response(rejected: int = 0, error_message: str = "") -> ExportTraceServiceResponse:
+    """The spec's answer: empty on full success, ``partial_success`` when spans were rejected."""
+    response = ExportTraceServiceResponse()
+    if rejected or error_message:
+        response.partial_success.CopyFrom(
+            ExportTracePartialSuccess(rejected_spans=rejected, error_message=error_message)
+        )
+    return response
+
+
+def count_spans(request: ExportTraceServiceRequest) -> int:
+    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+
+def concat_decoded(parts: Sequence[DecodedSpans]) -> DecodedSpans:
+    tables = [p.table for p in parts if p.table.num_rows]
+    table = pa.concat_tables(tables) if tables else empty_spans_table()
+    errors = [p.error_message for p in parts if p.error_message]
+    return DecodedSpans(
+        table, sum(p.received for p in parts), sum(p.rejected for p in parts), errors[0] if errors else ""
+    )

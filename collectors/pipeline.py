@@ -1,0 +1,353 @@
+"""The batching ingest pipeline: bounded queue, backpressure, spool, columnar inserts.
+
+Receivers hand decoded Arrow tables to :meth:`IngestPipeline.submit`. The pipeline
+
+* refuses work it cannot hold (``queue_full`` → HTTP 429 / gRPC RESOURCE_EXHAUSTED, ``unavailable``
+  → 503 / UNAVAILABLE), so memory stays bounded by ``max_queue_spans`` under any overload;
+* makes accepted work durable before it is acknowledged: with a spool, an fsync'd record; without
+  one, ``submit`` returns only after the insert;
+* inserts from one background thread in batches of ``batch_rows`` or every ``flush_interval_s``,
+  keeping a failed batch at the head of the queue and retrying it with backoff.
+
+Duplicates: a client that retries after a timeout may deliver a span twice. tailwatch deduplicates
+at read time on (TraceId, SpanId) (``read_spans``, analytics); replay after a crash additionally
+skips rows that already reached the store, so a restart does not add copies of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+from prometheus_client import CollectorRegistry
+
+from collectors.metrics import IngestMetrics
+from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
+from collectors.settings import PipelineSettings
+from collectors.spool import Spool, SpoolTicket, table_to_ipc
+from collectors.store import Store
+from collectors.writer import SpanWriter, StoreSpanWriter
+
+__all__ = ["IngestPipeline", "SubmitResult", "SubmitStatus"]
+
+log = logging.getLogger(__name__)
+
+SubmitStatus = Literal["accepted", "queue_full", "unavailable"]
+_State = Literal["new", "running", "stopping", "stopped"]
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    """The outcome of one :meth:`IngestPipeline.submit`.
+
+    ``accepted``: every row is durable (spooled or inserted) — acknowledge.
+    ``queue_full``: too much queued; retry after ``retry_after_s`` (HTTP 429).
+    ``unavailable``: stopping, spool or store failing; retry after ``retry_after_s`` (HTTP 503).
+    """
+
+    status: SubmitStatus
+    accepted: int = 0
+    retry_after_s: float = 0.0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "accepted"
+
+
+@dataclass
+class _Item:
+    table: pa.Table
+    rows: int
+    ticket: SpoolTicket | None
+    done: threading.Event | None = None
+    inserted: bool = False
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+
+class IngestPipeline:
+    """Queue → batch → insert, with an optional fsync'd spool in front.
+
+    Usage::
+
+        pipeline = IngestPipeline(store, PipelineSettings(spool_dir=Path("spool")))
+        pipeline.start()                      # replays what a crashed run left in the spool
+        result = pipeline.submit(arrow_table) # from a receiver thread
+        pipeline.stop(timeout_s=30)           # flushes everything queued
+    """
+
+    def __init__(
+        self,
+        store: Store | None,
+        settings: PipelineSettings | None = None,
+        registry: CollectorRegistry | None = None,
+        *,
+        writer: SpanWriter | None = None,
+    ) -> None:
+        if store is None and writer is None:
+            raise ValueError("IngestPipeline needs a store or a writer")
+        self.store = store
+        self.settings = settings or PipelineSettings.from_env()
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.metrics = IngestMetrics(self.registry)
+        self._writer: SpanWriter = writer if writer is not None else StoreSpanWriter(_require(store))
+        self._spool = Spool(self.settings.spool_dir) if self.settings.spool_dir is not None else None
+        self._cond = threading.Condition()
+        self._queue: deque[_Item] = deque()
+        self._queued = 0
+        self._reserved = 0
+        self._state: _State = "new"
+        self._store_ok = True
+        self._flush_requested = False
+        self._thread: threading.Thread | None = None
+        self._stop_deadline = 0.0
+        self.replayed = 0
+        self.inserted = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Create the trace schema if needed, replay the spool, start the insert thread."""
+        with self._cond:
+            if self._state != "new":
+                raise RuntimeError(f"pipeline already {self._state}")
+        if self.store is not None:
+            ensure_schema(self.store)
+        if self._spool is not None:
+            leftovers = self._spool.open()
+            try:
+                for path in leftovers:
+                    self._replay(path)
+            except BaseException:
+                self._spool.close()
+                raise
+        self._thread = threading.Thread(target=self._run, name="tailwatch-ingest-writer", daemon=True)
+        with self._cond:
+            self._state = "running"
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop accepting, insert everything queued, close the spool. True if nothing was left behind.
+
+        Spans that could not be inserted before the deadline stay in the spool for the next start.
+        """
+        with self._cond:
+            if self._state in ("new", "stopped"):
+                self._state = "stopped"
+                return True
+            self._state = "stopping"
+            self._stop_deadline = time.monotonic() + timeout_s
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s + 5.0)
+        with self._cond:
+            left = self._queued
+            self._state = "stopped"
+            for item in self._queue:
+                if item.done is not None:
+                    item.done.set()
+        if self._spool is not None:
+            self._spool.close()
+        if left:
+            where = "kept in the spool for the next start" if self._spool is not None else "not inserted"
+            log.warning("ingest stopped with %d spans %s", left, where)
+        return left == 0
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    @property
+    def ready(self) -> bool:
+        """Accepting and able to insert: what ``/readyz`` reports."""
+        with self._cond:
+            return (
+                self._state == "running"
+                and self._store_ok
+                and self._queued + self._reserved < self.settings.max_queue_spans
+            )
+
+    @property
+    def queue_depth(self) -> int:
+        with self._cond:
+            return self._queued
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Insert what is queued now, without waiting for a full batch. True once the queue is empty."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._flush_requested = True
+            self._cond.notify_all()
+            while self._queued or self._reserved:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._state not in ("running", "stopping"):
+                    return False
+                self._cond.wait(min(left, 0.05))
+            return True
+
+    # --- submit --------------------------------------------------------------------------------
+
+    def submit(self, table: pa.Table, *, protocol: str = "direct") -> SubmitResult:
+        """Take responsibility for ``table`` (rows in the trace schema) or refuse it."""
+        rows = table.num_rows
+        if rows == 0:
+            return SubmitResult("accepted", 0)
+        retry_after = max(1.0, self.settings.flush_interval_s)
+        with self._cond:
+            if self._state != "running":
+                return self._refuse(
+                    "unavailable", rows, protocol, retry_after, "the collector is shutting down"
+                )
+            if not self._store_ok and self._spool is None:
+                return self._refuse(
+                    "unavailable", rows, protocol, retry_after, "the store is not accepting inserts"
+                )
+            held = self._queued + self._reserved
+            # A request larger than the whole queue is still taken when the queue is empty, so one
+            # oversized export cannot be refused forever.
+            if held + rows > self.settings.max_queue_spans and held > 0:
+                return self._refuse("queue_full", rows, protocol, retry_after, "the ingest queue is full")
+            self._reserved += rows
+        ticket: SpoolTicket | None = None
+        try:
+            if self._spool is not None:
+                ticket = self._spool.append(table_to_ipc(table))
+                self._spool.sync(ticket)
+        except Exception as exc:  # a full disk must become a retryable answer, not a 500
+            log.error("spool write failed: %s", exc)
+            with self._cond:
+                self._reserved -= rows
+                self._cond.notify_all()
+            return self._refuse("unavailable", rows, protocol, retry_after, f"spool write failed: {exc}")
+        item = _Item(table, rows, ticket, None if ticket is not None else threading.Event())
+        with self._cond:
+            self._reserved -= rows
+            self._queue.append(item)
+            self._queued += rows
+            self.metrics.queue_depth.set(self._queued)
+            if self._queued >= self.settings.batch_rows:
+                self._cond.notify_all()
+        if item.done is not None:
+            # No spool: the acknowledgement must wait for the insert itself.
+            item.done.wait(self.settings.flush_interval_s + 60.0)
+            if not item.inserted:
+                return self._refuse("unavailable", rows, protocol, retry_after, "the insert did not complete")
+        self.metrics.accepted.labels(protocol=protocol).inc(rows)
+        return SubmitResult("accepted", rows)
+
+    def _refuse(
+        self, status: SubmitStatus, rows: int, protocol: str, retry_after: float, message: str
+    ) -> SubmitResult:
+        self.metrics.dropped.labels(protocol=protocol, reason=status).inc(rows)
+        return SubmitResult(status, 0, retry_after, message)
+
+    # --- the insert thread ---------------------------------------------------------------------
+
+    def _take_batch(self) -> list[_Item] | None:
+        """Wait for a batch to be due; None when stopping with nothing left (or past the deadline)."""
+        interval = self.settings.flush_interval_s
+        with self._cond:
+            while True:
+                stopping = self._state != "running"
+                if stopping and (not self._queue or time.monotonic() > self._stop_deadline):
+                    return None
+                if self._queue:
+                    age = time.monotonic() - self._queue[0].enqueued_at
+                    if (
+                        self._queued >= self.settings.batch_rows
+                        or age >= interval
+                        or stopping
+                        or self._flush_requested
+                    ):
+                        break
+                    self._cond.wait(interval - age)
+                else:
+                    self._flush_requested = False
+                    self._cond.wait(interval)
+            batch: list[_Item] = []
+            rows = 0
+            for item in self._queue:
+                if batch and rows + item.rows > self.settings.batch_rows:
+                    break
+                batch.append(item)
+                rows += item.rows
+            return batch
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            batch = self._take_batch()
+            if batch is None:
+                return
+            rows = sum(item.rows for item in batch)
+            table = pa.concat_tables([item.table for item in batch])
+            started = time.perf_counter()
+            try:
+                self._writer.write(table)
+            except Exception as exc:
+                failures += 1
+                self.metrics.insert_errors.inc()
+                if failures == 1 or failures % 50 == 0:
+                    log.error(
+                        "insert of %d spans failed (attempt %d, kept and retried): %s", rows, failures, exc
+                    )
+                with self._cond:
+                    self._store_ok = False
+                    if self._state == "running" or time.monotonic() < self._stop_deadline:
+                        self._cond.wait(min(0.1 * 2 ** min(failures, 6), 5.0))
+                continue
+            failures = 0
+            self.metrics.insert_seconds.observe(time.perf_counter() - started)
+            self.metrics.batch_rows.observe(rows)
+            self.metrics.inserted.inc(rows)
+            self.inserted += rows
+            released: dict[int, int] = {}
+            with self._cond:
+                self._store_ok = True
+                for _ in batch:
+                    item = self._queue.popleft()
+                    item.inserted = True
+                    if item.done is not None:
+                        item.done.set()
+                    if item.ticket is not None:
+                        released[item.ticket.segment] = released.get(item.ticket.segment, 0) + 1
+                self._queued -= rows
+                self.metrics.queue_depth.set(self._queued)
+                self._cond.notify_all()
+            if self._spool is not None and released:
+                self._spool.release(released)
+                self.metrics.spool_bytes.set(self._spool.pending_bytes)
+
+    # --- recovery ------------------------------------------------------------------------------
+
+    def _replay(self, segment: Path) -> None:
+        """Insert a previous run's spool segment, skipping rows that already reached the store."""
+        assert self._spool is not None
+        tables = [t for t in Spool.read_segment(segment) if t.num_rows]
+        if tables:
+            table = pa.concat_tables(
+                [t.select(TRACES_ARROW_SCHEMA.names).cast(TRACES_ARROW_SCHEMA) for t in tables]
+            )
+            for offset in range(0, table.num_rows, self.settings.batch_rows):
+                chunk = table.slice(offset, self.settings.batch_rows)
+                present = self._writer.present(chunk)
+                if present.any():
+                    chunk = chunk.filter(pa.array(~present))
+                if chunk.num_rows:
+                    self._writer.write(chunk)
+                    self.metrics.replayed.inc(chunk.num_rows)
+                    self.replayed += chunk.num_rows
+            log.info("replayed %d spans from spool segment %s", self.replayed, segment.name)
+        self._spool.discard(segment)
+
+
+def _require(store: Store | None) -> Store:
+    if store is None:
+        raise ValueError("IngestPipeline needs a store or a writer")
+    return store

@@ -1,0 +1,239 @@
+"""OTLP/HTTP receiver: ``POST /v1/traces`` plus ``/healthz``, ``/readyz`` and ``/metrics``.
+
+The app is plain Starlette so the service can mount its own routes beside ours. Request bodies are
+read with a cap and gunzipped incrementally with the same cap, so neither a large body nor a gzip
+bomb can take more than ``max_request_bytes`` of memory; decoding and the spool fsync run in a
+worker thread to keep the event loop free for other connections.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2, status_pb2
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from collectors.otlp_decode import (
+    OtlpDecodeError,
+    decode_json,
+    decode_protobuf,
+    export_response,
+    request_to_arrow,
+)
+from collectors.pipeline import IngestPipeline
+
+__all__ = ["create_http_app", "token_matches"]
+
+log = logging.getLogger(__name__)
+
+_PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+_JSON_TYPE = "application/json"
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
+    content_type: str
+    headers: dict[str, str]
+
+
+def token_matches(presented: str | None, token: str | None) -> bool:
+    """Constant-time comparison of a presented bearer token (``Bearer x``) with the configured one."""
+    if token is None:
+        return True
+    if not presented:
+        return False
+    scheme, _, value = presented.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+def _gunzip_capped(data: bytes, limit: int) -> bytes:
+    """Decompress (possibly multi-member) gzip, never producing more than ``limit`` bytes."""
+    out: list[bytes] = []
+    size = 0
+    rest = data
+    while rest:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            chunk = inflater.decompress(rest, limit - size + 1)
+        except zlib.error as exc:
+            raise OtlpDecodeError(f"invalid gzip body: {exc}") from None
+        size += len(chunk)
+        if size > limit or inflater.unconsumed_tail:
+            raise _TooLarge
+        out.append(chunk)
+        if not inflater.eof:
+            raise OtlpDecodeError("invalid gzip body: truncated")
+        rest = inflater.unused_data
+    return b"".join(out)
+
+
+def _encode(message: Message, as_json: bool) -> bytes:
+    if as_json:
+        return json_format.MessageToJson(message, indent=None).encode()
+    return message.SerializeToString()
+
+
+class _TracesEndpoint:
+    def __init__(self, pipeline: IngestPipeline, token: str | None) -> None:
+        self.pipeline = pipeline
+        self.token = token
+        self.limit = pipeline.settings.max_request_bytes
+        self.metrics = pipeline.metrics
+
+    def _error(
+        self, status: int, code: int, message: str, as_json: bool, headers: dict[str, str] | None = None
+    ) -> Response:
+        body = _encode(status_pb2.Status(code=code, message=message), as_json)
+        self.metrics.requests.labels(protocol="http", status=str(status)).inc()
+        return Response(
+            body,
+            status_code=status,
+            media_type=_JSON_TYPE if as_json else "application/x-protobuf",
+            headers=headers,
+        )
+
+    async def handle(self, request: Request) -> Response:
+        content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        as_json = content_type == _JSON_TYPE
+        if not token_matches(request.headers.get("authorization"), self.token):
+            return self._error(
+                401,
+                code_pb2.UNAUTHENTICATED,
+                "missing or wrong bearer token",
+                as_json,
+                {"WWW-Authenticate": "Bearer"},
+            )
+        if not as_json and content_type not in _PROTOBUF_TYPES:
+            return self._error(
+                415,
+                code_pb2.INVALID_ARGUMENT,
+                f"unsupported content type {content_type or '(none)'!r}; "
+                "use application/x-protobuf or application/json",
+                as_json,
+            )
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("identity", "gzip", ""):
+            return self._error(
+                415,
+                code_pb2.INVALID_ARGUMENT,
+                f"unsupported content encoding {encoding!r}; use gzip",
+                as_json,
+            )
+        try:
+            body = await self._read_body(request)
+        except _TooLarge:
+            return self._error(
+                413, code_pb2.INVALID_ARGUMENT, f"request body over the limit of {self.limit} bytes", as_json
+            )
+        return await run_in_threadpool(self._process, body, encoding == "gzip", as_json)
+
+    async def _read_body(self, request: Request) -> bytes:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.limit:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > self.limit:
+                raise _TooLarge
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _process(self, body: bytes, gzipped: bool, as_json: bool) -> Response:
+        try:
+            if gzipped:
+                body = _gunzip_capped(body, self.limit)
+            request = decode_json(body) if as_json else decode_protobuf(body)
+            decoded = request_to_arrow(request)
+        except _TooLarge:
+            return self._error(
+                413,
+                code_pb2.INVALID_ARGUMENT,
+                f"decompressed body over the limit of {self.limit} bytes",
+                as_json,
+            )
+        except OtlpDecodeError as exc:
+            return self._error(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
+            # Values that decode but cannot become columns (e.g. lone surrogates in JSON strings).
+            return self._error(400, code_pb2.INVALID_ARGUMENT, f"invalid span data: {exc}", as_json)
+        self.metrics.received.labels(protocol="http").inc(decoded.received)
+        result = self.pipeline.submit(decoded.table, protocol="http")
+        if not result.ok:
+            status, code = (
+                (429, code_pb2.RESOURCE_EXHAUSTED)
+                if result.status == "queue_full"
+                else (
+                    503,
+                    code_pb2.UNAVAILABLE,
+                )
+            )
+            return self._error(
+                status, code, result.message, as_json, {"Retry-After": str(int(result.retry_after_s))}
+            )
+        if decoded.rejected:
+            self.metrics.rejected.labels(protocol="http").inc(decoded.rejected)
+        self.metrics.requests.labels(protocol="http", status="200").inc()
+        return Response(
+            _encode(export_response(decoded.rejected, decoded.error_message), as_json),
+            media_type=_JSON_TYPE if as_json else "application/x-protobuf",
+        )
+
+
+def create_http_app(
+    pipeline: IngestPipeline,
+    token: str | None = None,
+    extra_routes: Sequence[BaseRoute] = (),
+    registry: CollectorRegistry | None = None,
+) -> Starlette:
+    """The OTLP/HTTP app: ``POST /v1/traces``, ``GET /healthz``, ``/readyz``, ``/metrics`` + ``extra_routes``.
+
+    ``registry`` is what ``/metrics`` exposes (default: the pipeline's, which holds the ingest metrics).
+
+    Usage::
+
+        app = create_http_app(pipeline, token=os.environ.get("TAILWATCH_INGEST_TOKEN"))
+        uvicorn.run(app, host="127.0.0.1", port=4318)
+    """
+    exposed = registry if registry is not None else pipeline.registry
+    traces = _TracesEndpoint(pipeline, token or None)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok\n")
+
+    async def readyz(request: Request) -> Response:
+        if pipeline.ready:
+            return PlainTextResponse("ready\n")
+        return PlainTextResponse("not ready\n", status_code=503)
+
+    async def metrics(request: Request) -> Response:
+        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
+
+    routes: list[BaseRoute] = [
+        Route("/v1/traces", traces.handle, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        *extra_routes,
+    ]
+    return Starlette(routes=routes)
