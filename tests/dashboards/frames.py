@@ -1,0 +1,340 @@
+"""Hand-built analysis frames with known values (the columns of ``analytics.Analysis``).
+
+The figures are pure functions of these frames, so their tests need no store: every number drawn
+can be checked against the row it came from. ``HOSTILE`` names appear in every string column a
+span can set, to prove nothing in them is interpreted as markup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import polars as pl
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+HOSTILE_FLAG = '<img src=x onerror="window.__xss=1">'
+HOSTILE_TEMPLATE = "op %{x} 'quoted' & <b>bold</b>"
+
+START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+END = START + timedelta(hours=4)
+BUCKET = timedelta(minutes=10)
+
+
+@dataclass(frozen=True)
+class FrameAnalysis:
+    start: datetime
+    end: datetime
+    baseline_start: datetime
+    baseline_end: datetime
+    hot_path: pl.DataFrame
+    releases: pl.DataFrame
+    release_coupling: pl.DataFrame
+    hot_path_series: pl.DataFrame
+    cold_path: pl.DataFrame
+    cold_path_series: pl.DataFrame
+    cold_path_cdf: pl.DataFrame
+    abandonment: pl.DataFrame
+    abandonment_summary: pl.DataFrame
+    retry_hops: pl.DataFrame
+    retry_amplification: pl.DataFrame
+    attribution: pl.DataFrame
+    attribution_spans: pl.DataFrame
+    llm_signals: pl.DataFrame
+
+
+def _buckets() -> list[datetime]:
+    n = int((END - START) / BUCKET)
+    return [START + i * BUCKET for i in range(n)]
+
+
+def sample_analysis(hostile: bool = True) -> FrameAnalysis:
+    """Two hot operations (one with a release that adds an LLM call), two queues (one starved), an
+    abandonment cliff at 2000 ms, a 3-hop workflow at 5% retries, an LLM and an internal regression."""
+    svc = "chat-api"
+    op_llm = HOSTILE if hostile else "POST /chat"
+    op_int = HOSTILE_TEMPLATE if hostile else "GET /search"
+    span_hostile = HOSTILE_FLAG if hostile else "db.query"
+    queue_bad = HOSTILE if hostile else "doc-summaries"
+    workflow = HOSTILE_FLAG if hostile else "claims-triage"
+    buckets = _buckets()
+    release_at = START + timedelta(hours=2)
+    series_rows = []
+    for i, b in enumerate(buckets):
+        after = b >= release_at
+        series_rows.append(
+            (
+                svc,
+                op_llm,
+                b,
+                100 + i,
+                400.0 + i,
+                900.0 + i,
+                (2100.0 if after else 1300.0) + i,
+                2.0 if after else 1.0,
+            )
+        )
+        series_rows.append((svc, op_int, b, 50 + i, 120.0, 300.0, 450.0 + 2 * i, 0.0))
+    hot_path_series = pl.DataFrame(
+        series_rows,
+        schema={
+            "service": pl.String,
+            "operation": pl.String,
+            "bucket_start": pl.Datetime("us", "UTC"),
+            "requests": pl.Int64,
+            "p50_ms": pl.Float64,
+            "p95_ms": pl.Float64,
+            "p99_ms": pl.Float64,
+            "sync_llm_calls_per_request": pl.Float64,
+        },
+        orient="row",
+    )
+    hot_path = pl.DataFrame(
+        {
+            "service": [svc, svc],
+            "operation": [op_llm, op_int],
+            "requests": [5000, 2500],
+            "p50_ms": [410.0, 120.0],
+            "p95_ms": [920.0, 300.0],
+            "p99_ms": [2050.0, 470.0],
+            "p999_ms": [2600.0, 520.0],
+            "sync_llm_calls_per_request": [1.5, 0.0],
+        }
+    )
+    releases = pl.DataFrame(
+        {
+            "service": [svc, svc, svc],
+            "operation": [op_llm, op_llm, op_int],
+            "version": ["1.4.0", HOSTILE if hostile else "1.5.0", "2.0.1"],
+            "released_at": [START + timedelta(hours=1), release_at, START + timedelta(hours=3)],
+            "requests_before": [1200, 2400, 1800],
+            "requests_after": [1300, 2600, 700],
+            "p99_before_ms": [1290.0, 1310.0, 460.0],
+            "p99_after_ms": [1305.0, 2110.0, 470.0],
+            "p99_delta_ms": [15.0, 800.0, 10.0],
+            "significant": [False, True, False],
+            "sync_llm_calls_per_request_before": [1.0, 1.0, 0.0],
+            "sync_llm_calls_per_request_after": [1.0, 2.0, 0.0],
+        },
+        schema_overrides={"released_at": pl.Datetime("us", "UTC")},
+    )
+    release_coupling = pl.DataFrame(
+        {
+            "service": [svc, svc],
+            "operation": [op_llm, op_int],
+            "releases": [2, 1],
+            "spearman_rho": [1.0, None],
+            "p99_slope_ms_per_release": [800.0, None],
+            "coupled": [True, False],
+        },
+        schema_overrides={"spearman_rho": pl.Float64, "p99_slope_ms_per_release": pl.Float64},
+    )
+    cold_path = pl.DataFrame(
+        {
+            "queue": [queue_bad, "exports"],
+            "jobs": [900, 300],
+            "completed": [880, 300],
+            "pending": [20, 0],
+            "p50_s": [3.0, 1.0],
+            "p95_s": [60.0, 1.8],
+            "p99_s": [180.0, 2.0],
+            "p999_s": [240.0, 2.5],
+            "queue_wait_p99_s": [170.0, 0.5],
+            "processing_p99_s": [9.0, 1.6],
+            "p99_over_p50": [60.0, 2.0],
+            "starved": [True, False],
+        }
+    )
+    cold_series_rows = []
+    for i, b in enumerate(buckets):
+        cold_series_rows.append((queue_bad, b, 30, 29, i % 5, 3.0, 150.0 + i, 2.0, 1.0))
+        cold_series_rows.append(("exports", b, 10, 10, 0, 1.0, 2.0, 0.2, 0.8))
+    cold_path_series = pl.DataFrame(
+        cold_series_rows,
+        schema={
+            "queue": pl.String,
+            "bucket_start": pl.Datetime("us", "UTC"),
+            "jobs": pl.Int64,
+            "completed": pl.Int64,
+            "pending": pl.Int64,
+            "p50_s": pl.Float64,
+            "p99_s": pl.Float64,
+            "queue_wait_p50_s": pl.Float64,
+            "processing_p50_s": pl.Float64,
+        },
+        orient="row",
+    )
+    cdf_x = [0.5 * (1.25**k) for k in range(30)]
+    cold_path_cdf = pl.DataFrame(
+        {
+            "queue": [queue_bad] * 30 + ["exports"] * 30,
+            "enqueue_to_ready_s": cdf_x + [x / 10 for x in cdf_x],
+            "cdf": [(k + 1) / 30 for k in range(30)] * 2,
+        }
+    )
+    lo = list(range(0, 4000, 500))
+    requests = [400, 900, 1200, 800, 500, 300, 150, 50]
+    abandoned = [2, 5, 6, 4, 60, 45, 30, 12]
+    rate = [a / n for a, n in zip(abandoned, requests, strict=True)]
+    abandonment = pl.DataFrame(
+        {
+            "service": [svc] * 8,
+            "operation": [op_llm] * 8,
+            "lo_ms": lo,
+            "hi_ms": [x + 500 for x in lo],
+            "requests": requests,
+            "abandoned": abandoned,
+            "rate": rate,
+            "rate_low": [max(0.0, r - 0.01) for r in rate],
+            "rate_high": [r + 0.02 for r in rate],
+        }
+    )
+    abandonment_summary = pl.DataFrame(
+        {
+            "service": [svc],
+            "operation": [op_llm],
+            "requests": [sum(requests)],
+            "abandoned": [sum(abandoned)],
+            "rate": [sum(abandoned) / sum(requests)],
+            "cliff_ms": [2000],
+            "p99_ms": [2050.0],
+        },
+        schema_overrides={"cliff_ms": pl.Int64},
+    )
+    hops = ["plan", span_hostile, "answer"]
+    retry_hops = pl.DataFrame(
+        {
+            "workflow": [workflow] * 3,
+            "hop": hops,
+            "hop_index": [1, 2, 3],
+            "calls": [1000, 1000, 1000],
+            "attempts": [1050, 1050, 1050],
+            "retry_rate": [0.05, 0.05, 0.05],
+            "tokens": [210_000, 315_000, 420_000],
+        }
+    )
+    retry_amplification = pl.DataFrame(
+        {
+            "workflow": [workflow],
+            "runs": [1000],
+            "attempt_amplification": [1.157],
+            "token_amplification": [1.162],
+            "modeled_amplification": [1.05**3],
+        }
+    )
+    attribution = pl.DataFrame(
+        {
+            "service": [svc, svc],
+            "operation": [op_llm, op_int],
+            "baseline_p99_ms": [1300.0, 300.0],
+            "current_p99_ms": [2100.0, 470.0],
+            "delta_ms": [800.0, 170.0],
+            "llm_share": [0.9, 0.05],
+            "internal_share": [0.1, 0.95],
+            "verdict": ["llm", "internal"],
+            "llm_delta_ms": [720.0, 8.5],
+            "internal_delta_ms": [80.0, 161.5],
+            "baseline_requests": [2400, 1200],
+            "current_requests": [2600, 1300],
+            "exemplar_trace_ids": [["a" * 32, "b" * 32], ["c" * 32]],
+        }
+    )
+    attribution_spans = pl.DataFrame(
+        {
+            "service": [svc, svc, svc, svc],
+            "operation": [op_llm, op_llm, op_int, op_int],
+            "span_name": ["chat gpt-4o", span_hostile, span_hostile, "embeddings"],
+            "class": ["llm", "internal", "internal", "llm"],
+            "provider": ["openai", None, None, "openai"],
+            "model": ["gpt-4o", None, None, HOSTILE if hostile else "text-embedding-3"],
+            "delta_ms": [700.0, 60.0, 150.0, 8.5],
+        },
+        schema_overrides={"provider": pl.String, "model": pl.String},
+    )
+    llm_signals = pl.DataFrame(
+        {
+            "service": [svc],
+            "operation": [op_llm],
+            "provider": ["openai"],
+            "model": ["gpt-4o"],
+            "error_rate_baseline": [0.01],
+            "error_rate_current": [0.02],
+            "throttle_rate_baseline": [0.0],
+            "throttle_rate_current": [0.12],
+            "retry_rate_baseline": [0.01],
+            "retry_rate_current": [0.1],
+            "cold_share_baseline": [0.05],
+            "cold_share_current": [0.4],
+        }
+    )
+    return FrameAnalysis(
+        start=START,
+        end=END,
+        baseline_start=START - (END - START),
+        baseline_end=START,
+        hot_path=hot_path,
+        releases=releases,
+        release_coupling=release_coupling,
+        hot_path_series=hot_path_series,
+        cold_path=cold_path,
+        cold_path_series=cold_path_series,
+        cold_path_cdf=cold_path_cdf,
+        abandonment=abandonment,
+        abandonment_summary=abandonment_summary,
+        retry_hops=retry_hops,
+        retry_amplification=retry_amplification,
+        attribution=attribution,
+        attribution_spans=attribution_spans,
+        llm_signals=llm_signals,
+    )
+
+
+def sample_alerts(hostile: bool = True) -> pl.DataFrame:
+    op = HOSTILE if hostile else "POST /chat"
+    return pl.DataFrame(
+        {
+            "fingerprint": ["f1", "f1", "f2"],
+            "alertname": ["HotPathP99Regression", "HotPathP99Regression", "ColdPathStarvation"],
+            "status": ["firing", "resolved", "firing"],
+            "at": [
+                START + timedelta(hours=2, minutes=10),
+                START + timedelta(hours=3),
+                START + timedelta(hours=1),
+            ],
+            "cause": ["llm", "llm", HOSTILE_FLAG if hostile else "queue"],
+            "service": ["chat-api", "chat-api", ""],
+            "operation": [op, op, ""],
+            "summary": ["p99 +800 ms, 90% LLM", "back to normal", "p99/p50 60x"],
+        },
+        schema_overrides={"at": pl.Datetime("us", "UTC")},
+    )
+
+
+def empty_like(analysis: FrameAnalysis) -> FrameAnalysis:
+    """The same analysis with every frame emptied (a window with no traffic)."""
+    frames = {
+        name: getattr(analysis, name).clear()
+        for name in (
+            "hot_path",
+            "releases",
+            "release_coupling",
+            "hot_path_series",
+            "cold_path",
+            "cold_path_series",
+            "cold_path_cdf",
+            "abandonment",
+            "abandonment_summary",
+            "retry_hops",
+            "retry_amplification",
+            "attribution",
+            "attribution_spans",
+            "llm_signals",
+        )
+    }
+    return FrameAnalysis(
+        start=analysis.start,
+        end=analysis.end,
+        baseline_start=analysis.baseline_start,
+        baseline_end=analysis.baseline_end,
+        **frames,
+    )
