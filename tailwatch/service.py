@@ -40,6 +40,8 @@ from typing import Any, Literal
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from collectors import IngestPipeline, PipelineSettings, Receivers
+from collectors.errors import TailwatchError
 from collectors.store import Store, open_store, parse_dsn
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.remote import SERVICE_FILE
@@ -53,6 +55,7 @@ __all__ = [
     "JobStatus",
     "SchedulerLease",
     "Service",
+    "ServiceError",
     "default_jobs",
     "recent_job_runs",
 ]
@@ -60,6 +63,12 @@ __all__ = [
 log = logging.getLogger("tailwatch.service")
 
 JobStatus = Literal["ok", "error", "skipped"]
+
+
+class ServiceError(TailwatchError):
+    """The service cannot start (a port in use, a store it cannot own)."""
+
+
 SCHEDULER_LEASE = "scheduler"
 
 
@@ -557,8 +566,8 @@ class Service:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._jobs_override = jobs
         self.store: Store | None = None
-        self.pipeline: Any = None
-        self.receivers: Any = None
+        self.pipeline: IngestPipeline | None = None
+        self.receivers: Receivers | None = None
         self.runner: JobRunner | None = None
         self.rules = _Rules(config.rules.files)
         self.api_url: str | None = None
@@ -572,7 +581,6 @@ class Service:
 
     def start(self) -> None:
         """Open the store, apply the schema, start receivers and jobs; returns once listening."""
-        collectors = _stage("collectors")
         from collectors.schema import apply_schema
         from tailwatch.api import ServiceApi, api_routes
         from tailwatch.schema import ensure_all
@@ -586,18 +594,18 @@ class Service:
         try:
             ensure_all(self.store)
             apply_schema(self.store, MIGRATIONS)
-            settings = collectors.PipelineSettings(
+            settings = PipelineSettings(
                 batch_rows=config.ingest.batch_rows,
                 flush_interval_s=config.ingest.flush_interval,
                 max_queue_spans=config.ingest.max_queue_spans,
                 spool_dir=config.ingest.spool_dir,
                 max_request_bytes=config.ingest.max_request_bytes,
             )
-            self.pipeline = collectors.IngestPipeline(self.store, settings, registry=self.registry)
+            self.pipeline = IngestPipeline(self.store, settings, registry=self.registry)
             self.pipeline.start()
             token = config.auth.token()
             api = ServiceApi(self.store, config, token=token, run_job=self._run_job_for_api)
-            self.receivers = collectors.Receivers(
+            self.receivers = Receivers(
                 self.pipeline,
                 http=config.receiver.otlp_http,
                 grpc=config.receiver.otlp_grpc,
@@ -605,7 +613,10 @@ class Service:
                 extra_routes=api_routes(api),
                 registry=self.registry,
             )
-            self.receivers.start()
+            try:
+                self.receivers.start()
+            except OSError as exc:  # a taken port: one line for the user, not a traceback
+                raise ServiceError(str(exc)) from None
             if config.receiver.otlp_http:
                 host = config.receiver.otlp_http.rpartition(":")[0]
                 if host in ("0.0.0.0", "::", "[::]", ""):  # noqa: S104 (reach a wildcard bind via loopback)
@@ -626,7 +637,9 @@ class Service:
             "tailwatch serving store %s; OTLP/HTTP %s, OTLP/gRPC %s",
             parse_dsn(config.store).redacted(),
             self.api_url or "off",
-            f"127.0.0.1:{self.receivers.grpc_port}" if config.receiver.otlp_grpc else "off",
+            f"{config.receiver.otlp_grpc.rpartition(':')[0]}:{self.receivers.grpc_port}"
+            if config.receiver.otlp_grpc
+            else "off",
         )
 
     def _run_job_for_api(self, name: str) -> JobRun:

@@ -85,7 +85,6 @@ def serve(
 
     service = Service(config)
     service.start()
-    click.echo(f"tailwatch serve: listening; API {service.api_url or 'off'}", err=True)
     while not stop.wait(1.0):
         pass
     log.info("%s received: stopping", signal.Signals(received[0]).name if received else "stop")
