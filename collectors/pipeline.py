@@ -105,6 +105,7 @@ class IngestPipeline:
         self._state: _State = "new"
         self._store_ok = True
         self._flush_requested = False
+        self._draining = False
         self._thread: threading.Thread | None = None
         self._stop_deadline = 0.0
         self.replayed = 0
@@ -178,6 +179,16 @@ class IngestPipeline:
         with self._cond:
             return self._queued
 
+    def drain(self) -> None:
+        """From now on insert whatever is queued without waiting for a full batch or the timer.
+
+        Receivers call this as they shut down: exports still in flight (without a spool they wait
+        for their insert) complete promptly instead of waiting out ``flush_interval_s``.
+        """
+        with self._cond:
+            self._draining = True
+            self._cond.notify_all()
+
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Insert what is queued now, without waiting for a full batch. True once the queue is empty."""
         deadline = time.monotonic() + timeout_s
@@ -231,7 +242,7 @@ class IngestPipeline:
             self._queue.append(item)
             self._queued += rows
             self.metrics.queue_depth.set(self._queued)
-            if self._queued >= self.settings.batch_rows:
+            if self._queued >= self.settings.batch_rows or self._draining:
                 self._cond.notify_all()
         if item.done is not None:
             # No spool: the acknowledgement must wait for the insert itself.
@@ -264,6 +275,7 @@ class IngestPipeline:
                         or age >= interval
                         or stopping
                         or self._flush_requested
+                        or self._draining
                     ):
                         break
                     self._cond.wait(interval - age)

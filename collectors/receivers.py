@@ -134,6 +134,7 @@ class Receivers:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Stop accepting on both receivers; in-flight requests finish first."""
+        self.pipeline.drain()
         if self._grpc is not None:
             self._grpc.stop()
             self._grpc = None
