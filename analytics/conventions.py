@@ -79,8 +79,10 @@ class Conventions:
     bootstrap_confidence: float = 0.95
     bootstrap_seed: int = 20240601
     coupling_min_releases: int = 3
-    coupling_min_rho: float = 0.7
+    coupling_min_rho: float = 0.5
     coupling_min_slope_ms: float = 50.0
+    # A version's release time is its first span; look this far back before the window for it.
+    release_lookback: timedelta = timedelta(days=30)
 
     # --- cold path -----------------------------------------------------------------------
     starvation_ratio: float = 20.0
@@ -88,13 +90,15 @@ class Conventions:
 
     # --- abandonment ---------------------------------------------------------------------
     bucket_ms: int = 500
-    cliff_min_requests: int = 30
+    cliff_min_requests: int = 30  # a bucket needs this many requests to take part in the cliff
+    cliff_min_jump: float = 0.05  # the cliff's rise in abandonment rate over the bucket before it
 
     # --- attribution ---------------------------------------------------------------------
     tail_quantile: float = 0.99
     max_tail_traces: int = 1000  # per operation and window; the slowest are kept
     attribution_min_delta_ms: float = 50.0
     attribution_dominance: float = 0.7  # share of the delta one side needs for its verdict
+    attribution_min_requests: int = 20  # per window, for a verdict other than "none"
     exemplars: int = 5
     top_spans: int = 10
 
@@ -125,7 +129,14 @@ class Conventions:
             raise ConventionsError(
                 f"conventions: rollup_significant_digits must be 1..5, got {self.rollup_significant_digits}"
             )
-        for name in ("min_delta_ms", "min_delta_ratio", "attribution_min_delta_ms", "cliff_min_requests"):
+        for name in (
+            "min_delta_ms",
+            "min_delta_ratio",
+            "attribution_min_delta_ms",
+            "cliff_min_requests",
+            "cliff_min_jump",
+            "attribution_min_requests",
+        ):
             if getattr(self, name) < 0:
                 raise ConventionsError(f"conventions: {name} must not be negative")
 

@@ -364,9 +364,8 @@ def _attribution_scenario(kind: str, seed: int, requests: int) -> Scenario:
             llm = rng.uniform(150.0, 300.0)
             db = rng.uniform(20.0, 60.0)
             tail = i % 50 == 0  # 2% of requests form the tail
-            if tail:
-                llm += 400.0
-                db += 100.0
+            if tail:  # fixed values, so the tail's composition is exact
+                llm, db = 700.0, 150.0
                 if window == 1 and kind == "llm":
                     llm += 1200.0
                 if window == 1 and kind == "internal":
@@ -425,7 +424,7 @@ def scenario_release_coupling(seed: int = 3, per_release: int = 600) -> Scenario
             work = rng.lognormvariate(5.3, 0.35)  # ~200 ms median, tail ~450 ms
             llm = None
             if index >= 2:
-                llm = rng.lognormvariate(5.0, 0.3) + (700.0 if rng.random() < 0.05 else 0.0)
+                llm = rng.lognormvariate(5.0, 0.3) + (780.0 if rng.random() < 0.05 else 0.0)
             spans += hot_request(
                 "chat-api",
                 "POST /chat",
@@ -453,9 +452,10 @@ def scenario_cold_queues(jobs: int = 500) -> Scenario:
     spans: list[SpanRow] = []
     for i in range(jobs):
         enq = at(i * 6.0)
-        spans += cold_job("emails", enq, 0.5 + (i % 10) * 0.02, 0.5)
-        # 98% finish around 3 s; the slowest 2% wait 180 s (the starved tail).
-        wait = 179.0 if i % 50 in (0, 1) else 1.0 + (i % 7) * 0.2
+        # Single messages: the consumer is the producer's child.
+        spans += cold_job("emails", enq, 0.5 + (i % 10) * 0.02, 0.5, via="parent")
+        # 98% are ready after 2.4–3.6 s (median 3 s); the slowest 2% after 180 s (the starved tail).
+        wait = 179.0 if i % 50 in (0, 1) else 2.0 + ((i % 7) - 3) * 0.2
         spans += cold_job("doc-summaries", enq + MS, wait, 1.0, consumer_service="summary-worker")
     for i in range(5):
         spans += cold_job("doc-summaries", at(3000 + i), 0.0, 0.0, completed=False)

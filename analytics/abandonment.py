@@ -1,0 +1,113 @@
+"""Abandonment by response-time bucket: for each ``bucket_ms`` bucket [lo, hi) of hot-path response
+time, the share of requests the user abandoned (status 499 or ``tailwatch.abandoned=true``), with a
+95% Wilson interval; and the *cliff*: the lower edge of the bucket where the rate rises most over
+the bucket before it, among buckets with at least ``cliff_min_requests`` requests and a rise of at
+least ``cliff_min_jump``.
+
+Input is the per-request frame of :mod:`analytics.hot_path`; everything here is pure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from analytics._common import empty
+from analytics.conventions import Conventions
+from analytics.stats import percentile_exprs, wilson_interval
+
+__all__ = ["ABANDONMENT_SCHEMA", "ABANDONMENT_SUMMARY_SCHEMA", "abandonment", "abandonment_summary", "cliff"]
+
+ABANDONMENT_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "lo_ms": pl.Int64,
+    "hi_ms": pl.Int64,
+    "requests": pl.Int64,
+    "abandoned": pl.Int64,
+    "rate": pl.Float64,
+    "rate_low": pl.Float64,
+    "rate_high": pl.Float64,
+}
+
+ABANDONMENT_SUMMARY_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "requests": pl.Int64,
+    "abandoned": pl.Int64,
+    "rate": pl.Float64,
+    "cliff_ms": pl.Int64,
+    "p99_ms": pl.Float64,
+}
+
+
+def abandonment(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
+    """Per (service, operation, bucket) of the current window. Empty buckets are left out."""
+    current = requests.filter(pl.col("window") == "current")
+    if current.is_empty():
+        return empty(ABANDONMENT_SCHEMA)
+    width = conventions.bucket_ms
+    buckets = (
+        current.with_columns((pl.col("duration_ms") // width).cast(pl.Int64).alias("bucket"))
+        .group_by("service", "operation", "bucket")
+        .agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            pl.col("abandoned").sum().cast(pl.Int64).alias("abandoned"),
+        )
+        .with_columns(
+            (pl.col("bucket") * width).alias("lo_ms"),
+            ((pl.col("bucket") + 1) * width).alias("hi_ms"),
+            (pl.col("abandoned") / pl.col("requests")).alias("rate"),
+        )
+    )
+    intervals = [
+        wilson_interval(a, n) for a, n in zip(buckets["abandoned"], buckets["requests"], strict=True)
+    ]
+    return (
+        buckets.with_columns(
+            pl.Series("rate_low", [lo for lo, _ in intervals], dtype=pl.Float64),
+            pl.Series("rate_high", [hi for _, hi in intervals], dtype=pl.Float64),
+        )
+        .sort("service", "operation", "lo_ms")
+        .select(list(ABANDONMENT_SCHEMA))
+    )
+
+
+def cliff(buckets: pl.DataFrame, conventions: Conventions) -> int | None:
+    """The cliff of one operation's buckets (sorted by ``lo_ms``), or ``None``."""
+    eligible = buckets.filter(pl.col("requests") >= conventions.cliff_min_requests).sort("lo_ms")
+    if eligible.height < 2:
+        return None
+    jumps = eligible.with_columns((pl.col("rate") - pl.col("rate").shift(1)).alias("jump")).drop_nulls("jump")
+    best = jumps.sort("jump", descending=True, maintain_order=True).row(0, named=True)
+    if best["jump"] < conventions.cliff_min_jump or best["jump"] <= 0:
+        return None
+    return int(best["lo_ms"])
+
+
+def abandonment_summary(
+    requests: pl.DataFrame, buckets: pl.DataFrame, conventions: Conventions
+) -> pl.DataFrame:
+    """Per (service, operation): requests, abandoned, overall rate, cliff and p99."""
+    current = requests.filter(pl.col("window") == "current")
+    if current.is_empty():
+        return empty(ABANDONMENT_SUMMARY_SCHEMA)
+    totals = current.group_by("service", "operation").agg(
+        pl.len().cast(pl.Int64).alias("requests"),
+        pl.col("abandoned").sum().cast(pl.Int64).alias("abandoned"),
+        *percentile_exprs("duration_ms", {"p99_ms": 0.99}),
+    )
+    cliffs = [
+        {"service": str(s), "operation": str(o), "cliff_ms": cliff(group, conventions)}
+        for (s, o), group in buckets.group_by("service", "operation", maintain_order=True)
+    ]
+    cliff_frame = pl.DataFrame(
+        cliffs, schema={"service": pl.String, "operation": pl.String, "cliff_ms": pl.Int64}
+    )
+    return (
+        totals.join(cliff_frame, on=["service", "operation"], how="left")
+        .with_columns((pl.col("abandoned") / pl.col("requests")).alias("rate"))
+        .sort("service", "operation")
+        .select(list(ABANDONMENT_SUMMARY_SCHEMA))
+    )

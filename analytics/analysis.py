@@ -1,0 +1,354 @@
+"""One analysis run: every metric over a window and its baseline, as Polars frames and as JSON.
+
+``analyze`` runs the SQL reductions (one query per shape of data: requests, release times, queued
+jobs, workflow spans, tail-trace spans, LLM signals) and hands the narrow results to the pure metric
+functions of the sibling modules.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+
+from analytics._common import Windows, series_every
+from analytics.abandonment import (
+    ABANDONMENT_SCHEMA,
+    ABANDONMENT_SUMMARY_SCHEMA,
+    abandonment,
+    abandonment_summary,
+)
+from analytics.attribution import (
+    ATTRIBUTION_SCHEMA,
+    ATTRIBUTION_SPANS_SCHEMA,
+    LLM_SIGNALS_SCHEMA,
+    attribute,
+    critical_path,
+    fetch_llm_signals,
+    fetch_tail_spans,
+    llm_causes,
+    llm_signals,
+    tail_traces,
+)
+from analytics.cold_path import (
+    COLD_PATH_CDF_SCHEMA,
+    COLD_PATH_SCHEMA,
+    COLD_PATH_SERIES_SCHEMA,
+    cold_path_cdf,
+    cold_path_series,
+    cold_path_summary,
+    fetch_jobs,
+)
+from analytics.conventions import Conventions
+from analytics.hot_path import (
+    HOT_PATH_SCHEMA,
+    HOT_PATH_SERIES_SCHEMA,
+    fetch_requests,
+    hot_path_series,
+    hot_path_summary,
+)
+from analytics.releases import (
+    RELEASE_COUPLING_SCHEMA,
+    RELEASES_SCHEMA,
+    fetch_release_times,
+    release_coupling,
+    releases,
+)
+from analytics.retries import (
+    RETRY_AMPLIFICATION_SCHEMA,
+    RETRY_HOPS_SCHEMA,
+    fetch_workflow_spans,
+    retry_metrics,
+)
+from collectors.store import Store
+
+__all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
+
+FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
+    "hot_path": HOT_PATH_SCHEMA,
+    "releases": RELEASES_SCHEMA,
+    "release_coupling": RELEASE_COUPLING_SCHEMA,
+    "hot_path_series": HOT_PATH_SERIES_SCHEMA,
+    "cold_path": COLD_PATH_SCHEMA,
+    "cold_path_series": COLD_PATH_SERIES_SCHEMA,
+    "cold_path_cdf": COLD_PATH_CDF_SCHEMA,
+    "abandonment": ABANDONMENT_SCHEMA,
+    "abandonment_summary": ABANDONMENT_SUMMARY_SCHEMA,
+    "retry_hops": RETRY_HOPS_SCHEMA,
+    "retry_amplification": RETRY_AMPLIFICATION_SCHEMA,
+    "attribution": ATTRIBUTION_SCHEMA,
+    "attribution_spans": ATTRIBUTION_SPANS_SCHEMA,
+    "llm_signals": LLM_SIGNALS_SCHEMA,
+}
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _num(value: Any) -> Any:
+    # JSON has no NaN/Infinity: a ratio over an empty side is reported as null.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _records(frame: pl.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for row in frame.select(columns).iter_rows(named=True):
+        out.append({k: _iso(v) if isinstance(v, datetime) else _num(v) for k, v in row.items()})
+    return out
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Every metric of one run. Frames and their columns: see ``FRAME_SCHEMAS`` and docs/analytics.md.
+
+    Usage::
+
+        analysis = analyze(store, start, end)
+        analysis.attribution.filter(pl.col("verdict") == "llm")
+        print(analysis.to_json())
+    """
+
+    start: datetime
+    end: datetime
+    baseline_start: datetime
+    baseline_end: datetime
+    hot_path: pl.DataFrame
+    releases: pl.DataFrame
+    release_coupling: pl.DataFrame
+    hot_path_series: pl.DataFrame
+    cold_path: pl.DataFrame
+    cold_path_series: pl.DataFrame
+    cold_path_cdf: pl.DataFrame
+    abandonment: pl.DataFrame
+    abandonment_summary: pl.DataFrame
+    retry_hops: pl.DataFrame
+    retry_amplification: pl.DataFrame
+    attribution: pl.DataFrame
+    attribution_spans: pl.DataFrame
+    llm_signals: pl.DataFrame
+    bucket_ms: int = 500
+    run_id: str = ""
+
+    @property
+    def frames(self) -> dict[str, pl.DataFrame]:
+        return {name: getattr(self, name) for name in FRAME_SCHEMAS}
+
+    # --- JSON -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The ``tailwatch analyze --format json`` object."""
+        keys = ["service", "operation"]
+        release_cols = [
+            "version",
+            "released_at",
+            "requests_before",
+            "requests_after",
+            "p99_before_ms",
+            "p99_after_ms",
+            "p99_delta_ms",
+            "significant",
+            "sync_llm_calls_per_request_before",
+            "sync_llm_calls_per_request_after",
+        ]
+        hot = []
+        for row in _records(self.hot_path, list(HOT_PATH_SCHEMA)):
+            sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
+            coupling = _records(
+                self.release_coupling.filter(sel),
+                ["releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"],
+            )
+            hot.append(
+                {
+                    **row,
+                    "releases": _records(self.releases.filter(sel).sort("released_at"), release_cols),
+                    "release_coupling": coupling[0]
+                    if coupling
+                    else {
+                        "releases": 0,
+                        "spearman_rho": None,
+                        "p99_slope_ms_per_release": None,
+                        "coupled": False,
+                    },
+                }
+            )
+        abandonment_out = []
+        for row in _records(self.abandonment_summary, [*keys, "cliff_ms"]):
+            sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
+            abandonment_out.append(
+                {
+                    "service": row["service"],
+                    "operation": row["operation"],
+                    "bucket_ms": self.bucket_ms,
+                    "buckets": _records(
+                        self.abandonment.filter(sel),
+                        ["lo_ms", "hi_ms", "requests", "abandoned", "rate", "rate_low", "rate_high"],
+                    ),
+                    "cliff_ms": row["cliff_ms"],
+                }
+            )
+        retries_out = []
+        for row in _records(self.retry_amplification, list(RETRY_AMPLIFICATION_SCHEMA)):
+            hops = _records(
+                self.retry_hops.filter(pl.col("workflow") == row["workflow"]).sort("hop_index"),
+                ["hop", "calls", "attempts", "retry_rate", "tokens"],
+            )
+            retries_out.append(
+                {
+                    "workflow": row["workflow"],
+                    "runs": row["runs"],
+                    "hops": hops,
+                    "attempt_amplification": row["attempt_amplification"],
+                    "token_amplification": row["token_amplification"],
+                    "modeled_amplification": row["modeled_amplification"],
+                }
+            )
+        attribution_out = []
+        signal_cols = [
+            "provider",
+            "model",
+            "error_rate_baseline",
+            "error_rate_current",
+            "throttle_rate_baseline",
+            "throttle_rate_current",
+            "retry_rate_baseline",
+            "retry_rate_current",
+            "cold_share_baseline",
+            "cold_share_current",
+        ]
+        for row in _records(self.attribution, list(ATTRIBUTION_SCHEMA)):
+            sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
+            attribution_out.append(
+                {
+                    "service": row["service"],
+                    "operation": row["operation"],
+                    "baseline_p99_ms": row["baseline_p99_ms"],
+                    "current_p99_ms": row["current_p99_ms"],
+                    "delta_ms": row["delta_ms"],
+                    "llm_share": row["llm_share"],
+                    "internal_share": row["internal_share"],
+                    "verdict": row["verdict"],
+                    "top_spans": _records(
+                        self.attribution_spans.filter(sel),
+                        ["span_name", "class", "provider", "model", "delta_ms"],
+                    ),
+                    "exemplar_trace_ids": list(row["exemplar_trace_ids"] or []),
+                    "llm_signals": _records(self.llm_signals.filter(sel), signal_cols),
+                }
+            )
+        return {
+            "window": {
+                "start": _iso(self.start),
+                "end": _iso(self.end),
+                "baseline_start": _iso(self.baseline_start),
+                "baseline_end": _iso(self.baseline_end),
+            },
+            "hot_path": hot,
+            "cold_path": _records(self.cold_path, list(COLD_PATH_SCHEMA)),
+            "abandonment": abandonment_out,
+            "retry_amplification": retries_out,
+            "attribution": attribution_out,
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    # --- frames as bytes (persistence) ------------------------------------------------------
+    def frame_bytes(self) -> dict[str, bytes]:
+        """Each frame as Arrow IPC bytes: the exact, typed form :meth:`from_frame_bytes` reads."""
+        out = {}
+        for name, frame in self.frames.items():
+            buffer = io.BytesIO()
+            frame.write_ipc(buffer)
+            out[name] = buffer.getvalue()
+        return out
+
+    @classmethod
+    def from_frame_bytes(
+        cls,
+        window: dict[str, datetime],
+        frames: dict[str, bytes],
+        *,
+        bucket_ms: int = 500,
+        run_id: str = "",
+    ) -> Analysis:
+        loaded: dict[str, pl.DataFrame] = {}
+        for name, schema in FRAME_SCHEMAS.items():
+            data = frames.get(name)
+            loaded[name] = pl.read_ipc(io.BytesIO(data)) if data else pl.DataFrame(schema=schema)
+        return cls(
+            start=window["start"],
+            end=window["end"],
+            baseline_start=window["baseline_start"],
+            baseline_end=window["baseline_end"],
+            bucket_ms=bucket_ms,
+            run_id=run_id,
+            **loaded,
+        )
+
+    def with_run_id(self, run_id: str) -> Analysis:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values["run_id"] = run_id
+        return Analysis(**values)
+
+
+def analyze(
+    store: Store,
+    start: datetime,
+    end: datetime,
+    baseline_start: datetime | None = None,
+    baseline_end: datetime | None = None,
+    conventions: Conventions | None = None,
+) -> Analysis:
+    """Every metric over [start, end) against the baseline window (default: the window of equal
+    length just before ``start``). Datetimes must be timezone-aware."""
+    conv = conventions or Conventions()
+    windows = Windows.of(start, end, baseline_start, baseline_end)
+    every = series_every(windows.start, windows.end, conv.series_buckets)
+
+    requests = fetch_requests(store, windows, conv)
+    hot = hot_path_summary(requests)
+    services = sorted(set(requests.filter(pl.col("window") == "current")["service"].to_list()))
+    release_rows = releases(requests, fetch_release_times(store, services, windows, conv), conv)
+
+    jobs = fetch_jobs(store, windows, conv)
+    buckets = abandonment(requests, conv)
+    hops, amplification = retry_metrics(fetch_workflow_spans(store, windows, conv))
+
+    tails = tail_traces(requests, conv)
+    lo = min(windows.start, windows.baseline_start)
+    hi = max(windows.end, windows.baseline_end) + conv.trace_margin
+    path = critical_path(fetch_tail_spans(store, tails["trace_id"].unique().to_list(), lo, hi, conv))
+    attribution, attribution_spans = attribute(requests, tails, path, conv)
+    causes = llm_causes(attribution, attribution_spans)
+    signals = llm_signals(causes, fetch_llm_signals(store, causes, windows, conv))
+
+    return Analysis(
+        start=windows.start,
+        end=windows.end,
+        baseline_start=windows.baseline_start,
+        baseline_end=windows.baseline_end,
+        hot_path=hot,
+        releases=release_rows,
+        release_coupling=release_coupling(release_rows, conv),
+        hot_path_series=hot_path_series(requests, every),
+        cold_path=cold_path_summary(jobs, conv),
+        cold_path_series=cold_path_series(jobs, every),
+        cold_path_cdf=cold_path_cdf(jobs, conv.cdf_points),
+        abandonment=buckets,
+        abandonment_summary=abandonment_summary(requests, buckets, conv),
+        retry_hops=hops,
+        retry_amplification=amplification,
+        attribution=attribution,
+        attribution_spans=attribution_spans,
+        llm_signals=signals,
+        bucket_ms=conv.bucket_ms,
+    )

@@ -1,0 +1,222 @@
+"""Hot-path p99 per release: the step at each release and the trend across releases.
+
+A release is a value of the resource attribute ``service.version``; its release time is the first
+span seen with it for that service (SQL below). Requests are attributed to the version that served
+them, so canaries and rollbacks compare like with like: a release's *before* is the previous
+version's requests (in the baseline or current window), its *after* is its own in the current
+window.
+
+A step is ``significant`` only when both hold:
+
+* statistically: the bootstrap interval of p99(after) − p99(before) excludes 0, with at least
+  ``min_release_requests`` requests on each side;
+* practically: |Δp99| ≥ max(``min_delta_ms``, ``min_delta_ratio`` × p99 before) — so identical code
+  shipped under a new version is not flagged by sampling noise on a big sample.
+
+``coupled`` (per operation): at least ``coupling_min_releases`` versions, Spearman ρ of p99 with
+release index ≥ ``coupling_min_rho``, least-squares slope ≥ ``coupling_min_slope_ms`` per release, and
+at least one significant upward step: p99 climbs with the release cadence.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from analytics._common import Windows, empty, normalize
+from analytics.conventions import VERSION, Conventions
+from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
+from collectors.schema import TRACES_TABLE
+from collectors.store import Store
+
+__all__ = [
+    "RELEASES_SCHEMA",
+    "RELEASE_COUPLING_SCHEMA",
+    "RELEASE_TIMES_SCHEMA",
+    "fetch_release_times",
+    "release_coupling",
+    "release_times_sql",
+    "releases",
+]
+
+RELEASE_TIMES_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "version": pl.String,
+    "released_at": pl.Datetime("ns", "UTC"),
+}
+
+RELEASES_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "released_at": pl.Datetime("us", "UTC"),
+    "requests_before": pl.Int64,
+    "requests_after": pl.Int64,
+    "p99_before_ms": pl.Float64,
+    "p99_after_ms": pl.Float64,
+    "p99_delta_ms": pl.Float64,
+    "significant": pl.Boolean,
+    "sync_llm_calls_per_request_before": pl.Float64,
+    "sync_llm_calls_per_request_after": pl.Float64,
+    "p99_delta_ci_low_ms": pl.Float64,
+    "p99_delta_ci_high_ms": pl.Float64,
+}
+
+RELEASE_COUPLING_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "releases": pl.Int64,
+    "spearman_rho": pl.Float64,
+    "p99_slope_ms_per_release": pl.Float64,
+    "coupled": pl.Boolean,
+}
+
+
+def release_times_sql(table: str) -> str:
+    return f"""
+SELECT ServiceName AS service, {VERSION} AS version, min(Timestamp) AS released_at
+FROM {table}
+WHERE Timestamp >= {{lookback:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}
+  AND ServiceName IN {{services:Array(String)}}
+GROUP BY service, version
+HAVING version != ''
+"""
+
+
+def fetch_release_times(
+    store: Store, services: list[str], windows: Windows, conventions: Conventions
+) -> pl.DataFrame:
+    if not services:
+        return empty(RELEASE_TIMES_SCHEMA)
+    params = {
+        **conventions.sql_parameters(),
+        "lookback": min(windows.start, windows.baseline_start) - conventions.release_lookback,
+        "e": max(windows.end, windows.baseline_end),
+        "services": services,
+    }
+    frame = normalize(store.query_polars(release_times_sql(store.table(TRACES_TABLE)), params))
+    if frame.is_empty():
+        return empty(RELEASE_TIMES_SCHEMA)
+    return frame.with_columns(pl.col("released_at").cast(pl.Datetime("ns", "UTC"))).select(
+        list(RELEASE_TIMES_SCHEMA)
+    )
+
+
+def _significant(
+    before: np.ndarray, after: np.ndarray, conv: Conventions, delta: float, p99_before: float
+) -> tuple[bool, float | None, float | None]:
+    if before.size < conv.min_release_requests or after.size < conv.min_release_requests:
+        return (False, None, None)
+    low, high = bootstrap_quantile_delta(
+        before,
+        after,
+        0.99,
+        samples=conv.bootstrap_samples,
+        confidence=conv.bootstrap_confidence,
+        seed=conv.bootstrap_seed,
+    )
+    practical = abs(delta) >= max(conv.min_delta_ms, conv.min_delta_ratio * p99_before)
+    statistical = low > 0 or high < 0
+    return (practical and statistical, low, high)
+
+
+def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
+    """One row per (service, operation, version) served in the current window. Pure."""
+    if requests.is_empty():
+        return empty(RELEASES_SCHEMA)
+    # A request seen in both windows (overlapping windows) counts once on the "before" side.
+    per_version = (
+        requests.unique(subset=["trace_id", "window"])
+        .join(release_times, on=["service", "version"], how="left")
+        .with_columns(
+            pl.coalesce(pl.col("released_at"), pl.col("start").min().over("service", "version")).alias(
+                "released_at"
+            )
+        )
+    )
+    rows: list[dict[str, Any]] = []
+    for (service, operation), group in per_version.group_by("service", "operation", maintain_order=True):
+        versions = group.group_by("version").agg(pl.col("released_at").min()).sort("released_at", "version")
+        order = versions["version"].to_list()
+        released = dict(zip(order, versions["released_at"].to_list(), strict=True))
+        current_versions = set(group.filter(pl.col("window") == "current")["version"].unique().to_list())
+        for index, version in enumerate(order):
+            if version not in current_versions:
+                continue
+            after = group.filter((pl.col("version") == version) & (pl.col("window") == "current"))
+            after_ms = after["duration_ms"].to_numpy()
+            if index > 0:
+                prev = group.filter(pl.col("version") == order[index - 1]).unique(subset=["trace_id"])
+            else:
+                prev = group.clear()
+            before_ms = prev["duration_ms"].to_numpy()
+            p99_after = percentile(after_ms, 0.99)
+            p99_before = percentile(before_ms, 0.99)
+            delta = None if p99_after is None or p99_before is None else p99_after - p99_before
+            significant, low, high = (
+                (False, None, None)
+                if delta is None or p99_before is None
+                else _significant(before_ms, after_ms, conventions, delta, p99_before)
+            )
+            rows.append(
+                {
+                    "service": str(service),
+                    "operation": str(operation),
+                    "version": version,
+                    "released_at": released[version],
+                    "requests_before": int(before_ms.size),
+                    "requests_after": int(after_ms.size),
+                    "p99_before_ms": p99_before,
+                    "p99_after_ms": p99_after,
+                    "p99_delta_ms": delta,
+                    "significant": significant,
+                    "sync_llm_calls_per_request_before": (
+                        float(prev["sync_llm_calls"].mean()) if prev.height else None  # type: ignore[arg-type]
+                    ),
+                    "sync_llm_calls_per_request_after": float(after["sync_llm_calls"].mean()),  # type: ignore[arg-type]
+                    "p99_delta_ci_low_ms": low,
+                    "p99_delta_ci_high_ms": high,
+                }
+            )
+    if not rows:
+        return empty(RELEASES_SCHEMA)
+    frame = pl.DataFrame(rows, schema={**RELEASES_SCHEMA, "released_at": pl.Datetime("ns", "UTC")})
+    return frame.with_columns(pl.col("released_at").dt.cast_time_unit("us")).sort(
+        "service", "operation", "released_at"
+    )
+
+
+def release_coupling(release_rows: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
+    """Per (service, operation): Spearman ρ of p99 with release index, slope, ``coupled``. Pure."""
+    rows: list[dict[str, Any]] = []
+    for (service, operation), group in release_rows.sort("released_at").group_by(
+        "service", "operation", maintain_order=True
+    ):
+        p99 = group["p99_after_ms"].to_list()
+        index = list(range(len(p99)))
+        rho = spearman(index, p99)
+        step = slope(index, p99)
+        upward = bool(((group["significant"]) & (group["p99_delta_ms"] > 0)).any())
+        coupled = (
+            len(p99) >= conventions.coupling_min_releases
+            and rho is not None
+            and rho >= conventions.coupling_min_rho
+            and step is not None
+            and step >= conventions.coupling_min_slope_ms
+            and upward
+        )
+        rows.append(
+            {
+                "service": str(service),
+                "operation": str(operation),
+                "releases": len(p99),
+                "spearman_rho": rho,
+                "p99_slope_ms_per_release": step,
+                "coupled": coupled,
+            }
+        )
+    if not rows:
+        return empty(RELEASE_COUPLING_SCHEMA)
+    return pl.DataFrame(rows, schema=RELEASE_COUPLING_SCHEMA).sort("service", "operation")

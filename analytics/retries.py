@@ -1,0 +1,183 @@
+"""Per-hop retry amplification of agent workflows.
+
+A workflow is a trace containing a span whose ``gen_ai.operation.name`` is ``invoke_workflow`` or
+``invoke_agent`` (the earliest such span is the workflow span; its name from
+``gen_ai.workflow.name`` / ``gen_ai.agent.name`` or the span name). Its *hops* are the distinct
+names of the workflow span's direct children. Sibling spans with the same parent and name are
+attempts of one logical call (the OTel HTTP convention, one span per attempt); a call's attempts
+are ``max(spans, highest http.request.resend_count + 1)``. An attempt's tokens are the GenAI usage
+(input + output, or the older prompt/completion names) of the attempt span and every span below it.
+
+Per workflow: ``attempt_amplification`` = attempts / logical calls (observed),
+``token_amplification`` = tokens of all attempts / tokens of the final attempts (observed), and
+``modeled_amplification`` = ∏(1 + retry_rate of each hop) — the compounding model that holds when a
+retry replays the work behind it (nested calls, re-sent context). Observed below modeled means the
+hops' retries do not compound in this workflow; observed near modeled means they do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import polars as pl
+
+from analytics._common import Windows, empty, normalize
+from analytics.conventions import IS_WORKFLOW, RESEND, TOKENS, WORKFLOW_NAME, Conventions
+from collectors.schema import TRACES_TABLE
+from collectors.store import Store
+
+__all__ = [
+    "RETRY_AMPLIFICATION_SCHEMA",
+    "RETRY_HOPS_SCHEMA",
+    "WORKFLOW_SPANS_SCHEMA",
+    "fetch_workflow_spans",
+    "retry_metrics",
+    "workflow_spans_sql",
+]
+
+WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
+    "trace_id": pl.String,
+    "span_id": pl.String,
+    "parent_id": pl.String,
+    "name": pl.String,
+    "start_ns": pl.Int64,
+    "tokens": pl.Int64,
+    "resend": pl.Int64,
+    "wf_span": pl.String,
+    "workflow": pl.String,
+}
+
+RETRY_HOPS_SCHEMA: dict[str, Any] = {
+    "workflow": pl.String,
+    "hop": pl.String,
+    "hop_index": pl.Int64,
+    "calls": pl.Int64,
+    "attempts": pl.Int64,
+    "retry_rate": pl.Float64,
+    "tokens": pl.Int64,
+}
+
+RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
+    "workflow": pl.String,
+    "runs": pl.Int64,
+    "attempt_amplification": pl.Float64,
+    "token_amplification": pl.Float64,
+    "modeled_amplification": pl.Float64,
+}
+
+_MAX_DEPTH = 64
+
+
+def workflow_spans_sql(table: str) -> str:
+    """Every span (deduplicated) of each trace whose workflow span started in [s, e)."""
+    return f"""
+WITH wf AS (
+    SELECT TraceId, argMin(SpanId, Timestamp) AS wf_span, argMin({WORKFLOW_NAME}, Timestamp) AS workflow
+    FROM {table}
+    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
+    GROUP BY TraceId
+)
+SELECT sp.TraceId AS trace_id, sp.SpanId AS span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens,
+       sp.resend, wf.wf_span, wf.workflow
+FROM (
+    SELECT TraceId, SpanId, any(ParentSpanId) AS parent_id, any(SpanName) AS name,
+           min(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toInt64(any({TOKENS})) AS tokens,
+           toInt64(any({RESEND})) AS resend
+    FROM {table}
+    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}}
+      AND TraceId IN (SELECT TraceId FROM wf)
+    GROUP BY TraceId, SpanId
+) AS sp
+INNER JOIN wf ON sp.TraceId = wf.TraceId
+"""
+
+
+def fetch_workflow_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    params = {
+        **conventions.sql_parameters(),
+        "s": windows.start,
+        "e": windows.end,
+        "e_m": windows.end + conventions.trace_margin,
+    }
+    frame = normalize(store.query_polars(workflow_spans_sql(store.table(TRACES_TABLE)), params))
+    if frame.is_empty():
+        return empty(WORKFLOW_SPANS_SCHEMA)
+    return frame.cast(WORKFLOW_SPANS_SCHEMA).select(list(WORKFLOW_SPANS_SCHEMA))  # type: ignore[arg-type]
+
+
+def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
+    """Tokens of each attempt: its own plus its descendants', by walking parents up to the attempt."""
+    keys = attempts.select("trace_id", pl.col("span_id").alias("cur"), pl.lit(True).alias("is_attempt"))
+    parents = spans.select("trace_id", pl.col("span_id").alias("cur"), pl.col("parent_id").alias("up"))
+    pending = spans.filter(pl.col("tokens") > 0).select("trace_id", "tokens", pl.col("span_id").alias("cur"))
+    owned: list[pl.DataFrame] = []
+    for _ in range(_MAX_DEPTH):
+        if pending.is_empty():
+            break
+        joined = pending.join(keys, on=["trace_id", "cur"], how="left")
+        owned.append(
+            joined.filter(pl.col("is_attempt")).select("trace_id", pl.col("cur").alias("span_id"), "tokens")
+        )
+        pending = (
+            joined.filter(pl.col("is_attempt").is_null())
+            .join(parents, on=["trace_id", "cur"], how="inner")
+            .select("trace_id", "tokens", pl.col("up").alias("cur"))
+        )
+    if not owned:
+        return pl.DataFrame(schema={"trace_id": pl.String, "span_id": pl.String, "attempt_tokens": pl.Int64})
+    return (
+        pl.concat(owned)
+        .group_by("trace_id", "span_id")
+        .agg(pl.col("tokens").sum().cast(pl.Int64).alias("attempt_tokens"))
+    )
+
+
+def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(retry_hops, retry_amplification) from the spans of workflow traces. Pure."""
+    attempts = spans.filter(pl.col("parent_id") == pl.col("wf_span"))
+    if attempts.is_empty():
+        return empty(RETRY_HOPS_SCHEMA), empty(RETRY_AMPLIFICATION_SCHEMA)
+    attempts = (
+        attempts.join(_attempt_tokens(spans, attempts), on=["trace_id", "span_id"], how="left")
+        .with_columns(pl.col("attempt_tokens").fill_null(0))
+        .with_columns((pl.col("start_ns") - pl.col("start_ns").min().over("trace_id")).alias("offset_ns"))
+    )
+    calls = attempts.group_by("workflow", "trace_id", pl.col("name").alias("hop")).agg(
+        pl.max_horizontal(pl.len().cast(pl.Int64), pl.col("resend").max() + 1).alias("attempts"),
+        pl.col("attempt_tokens").sum().alias("tokens"),
+        # The final attempt is the latest one to start.
+        pl.col("attempt_tokens").sort_by("start_ns").last().alias("final_tokens"),
+        pl.col("offset_ns").min().alias("offset_ns"),
+    )
+    hops = (
+        calls.group_by("workflow", "hop")
+        .agg(
+            pl.len().cast(pl.Int64).alias("calls"),
+            pl.col("attempts").sum().cast(pl.Int64).alias("attempts"),
+            pl.col("tokens").sum().cast(pl.Int64).alias("tokens"),
+            pl.col("final_tokens").sum().cast(pl.Int64).alias("final_tokens"),
+            pl.col("offset_ns").mean().alias("offset"),
+        )
+        .with_columns(
+            ((pl.col("attempts") - pl.col("calls")) / pl.col("calls")).alias("retry_rate"),
+            pl.col("offset").rank("ordinal").over("workflow").cast(pl.Int64).alias("hop_index"),
+        )
+        .sort("workflow", "hop_index")
+    )
+    rows: list[dict[str, Any]] = []
+    for (workflow,), group in hops.group_by("workflow", maintain_order=True):
+        final_tokens = int(group["final_tokens"].sum())
+        attempts_total, calls_total = int(group["attempts"].sum()), int(group["calls"].sum())
+        tokens_total = int(group["tokens"].sum())
+        rows.append(
+            {
+                "workflow": str(workflow),
+                "runs": int(calls.filter(pl.col("workflow") == workflow)["trace_id"].n_unique()),
+                "attempt_amplification": attempts_total / calls_total,
+                "token_amplification": tokens_total / final_tokens if final_tokens else None,
+                "modeled_amplification": math.prod(1.0 + r for r in group["retry_rate"].to_list()),
+            }
+        )
+    amplification = pl.DataFrame(rows, schema=RETRY_AMPLIFICATION_SCHEMA).sort("workflow")
+    return hops.select(list(RETRY_HOPS_SCHEMA)), amplification

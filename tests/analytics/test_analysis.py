@@ -1,0 +1,379 @@
+"""Ground-truth tests: synthetic traces with known answers through the whole analysis (SQL + Polars)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pytest
+
+from analytics import Analysis, AnalysisError, Conventions, analyze, latency_good_total
+from collectors.spans import SpanRow, insert_spans
+from collectors.store import Store, open_store
+from tailwatch.schema import ensure_all
+from tests.analytics.builders import (
+    MS,
+    at,
+    cold_job,
+    dt,
+    hot_request,
+    scenario_abandonment_cliff,
+    scenario_cold_queues,
+    scenario_internal_regression,
+    scenario_llm_regression,
+    scenario_release_coupling,
+    scenario_retries,
+    workflow_run,
+)
+
+
+def _row(frame: pl.DataFrame, **where: object) -> dict[str, Any]:
+    for key, value in where.items():
+        frame = frame.filter(pl.col(key) == value)
+    assert frame.height == 1, (where, frame)
+    return frame.row(0, named=True)
+
+
+def test_exact_percentiles_dedup_and_legacy_spellings(store: Store) -> None:
+    durations = np.arange(1, 1001, dtype=np.float64)  # 1..1000 ms
+    spans: list[SpanRow] = []
+    for i, ms in enumerate(durations):
+        spans += hot_request(
+            "api",
+            "GET /items",
+            at(i * 3.0),
+            float(ms),
+            llm_ms=0.5 if i % 4 == 0 else None,
+            legacy=i % 2 == 0,  # half written with SPAN_KIND_SERVER / STATUS_CODE_UNSET
+        )
+    insert_spans(store, spans)
+    insert_spans(store, spans[: len(spans) // 3])  # an exporter retry: duplicate spans
+    # A root that is not Server and not marked hot is not a hot-path request.
+    insert_spans(store, [SpanRow("a" * 32, "b" * 16, "cron tick", at(5), 9_000 * MS, kind="Internal")])
+    analysis = analyze(store, dt(at(0)), dt(at(3600)))
+    row = _row(analysis.hot_path, service="api", operation="GET /items")
+    assert row["requests"] == 1000
+    for name, q in (("p50_ms", 0.5), ("p95_ms", 0.95), ("p99_ms", 0.99), ("p999_ms", 0.999)):
+        assert row[name] == pytest.approx(float(np.quantile(durations, q, method="linear")), abs=1e-6)
+    assert row["p99_ms"] == pytest.approx(990.01)
+    assert row["sync_llm_calls_per_request"] == pytest.approx(0.25)
+    assert analysis.hot_path.height == 1
+
+
+def test_root_marked_hot_counts_as_request(store: Store) -> None:
+    spans = [
+        s for i in range(10) for s in hot_request("batch-api", "POST /x", at(i), 100.0 + i, mark_hot=True)
+    ]
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(60)))
+    assert _row(analysis.hot_path, service="batch-api")["requests"] == 10
+
+
+def test_release_adding_sync_llm_call_is_significant_and_coupled(store: Store) -> None:
+    scenario = scenario_release_coupling()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    rel = analysis.releases.filter(pl.col("service") == "chat-api").sort("released_at")
+    assert rel["version"].to_list() == ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+    by_version = {r["version"]: r for r in rel.iter_rows(named=True)}
+    for version, expected in scenario.expected["significant"].items():  # type: ignore[attr-defined]
+        assert by_version[version]["significant"] is expected, by_version[version]
+    step = by_version["1.2.0"]
+    assert 600.0 < step["p99_delta_ms"] < 1000.0
+    assert step["sync_llm_calls_per_request_before"] == 0.0
+    assert step["sync_llm_calls_per_request_after"] == 1.0
+    assert step["requests_before"] == step["requests_after"] == 600
+    assert step["released_at"] == dt(at(12 * 3600))
+    coupling = _row(analysis.release_coupling, service="chat-api")
+    assert coupling["releases"] == 4 and coupling["coupled"] is True
+    assert coupling["spearman_rho"] > 0.5 and coupling["p99_slope_ms_per_release"] > 100
+
+
+def test_releases_that_change_nothing_are_not_flagged(store: Store) -> None:
+    rng = np.random.default_rng(5)
+    spans: list[SpanRow] = []
+    for index, version in enumerate(("3.0.0", "3.0.1", "3.0.2", "3.0.3")):
+        for i, ms in enumerate(rng.lognormal(5.5, 0.5, size=3000)):
+            spans += hot_request("api", "GET /q", at(index * 20_000 + i * 6.0), float(ms), version=version)
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(80_000)))
+    rel = analysis.releases.filter(pl.col("operation") == "GET /q")
+    assert rel.height == 4
+    assert not rel["significant"].any()
+    assert _row(analysis.release_coupling, operation="GET /q")["coupled"] is False
+
+
+def test_cold_path_starved_and_healthy_queue(store: Store) -> None:
+    scenario = scenario_cold_queues()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    starved = _row(analysis.cold_path, queue="doc-summaries")
+    healthy = _row(analysis.cold_path, queue="emails")
+    assert (starved["jobs"], starved["completed"], starved["pending"]) == (505, 500, 5)
+    assert starved["p50_s"] == pytest.approx(3.0, abs=0.01)
+    assert starved["p99_s"] == pytest.approx(180.0, abs=0.01)
+    assert starved["queue_wait_p99_s"] == pytest.approx(179.0, abs=0.01)
+    assert starved["processing_p99_s"] == pytest.approx(1.0, abs=0.01)
+    assert starved["starved"] is True and starved["p99_over_p50"] == pytest.approx(60.0, rel=0.01)
+    assert (healthy["jobs"], healthy["pending"], healthy["starved"]) == (500, 0, False)
+    assert healthy["p99_s"] == pytest.approx(1.18, abs=0.01)
+    cdf = analysis.cold_path_cdf.filter(pl.col("queue") == "doc-summaries")
+    assert 0 < cdf.height <= 200 and cdf["cdf"].max() == pytest.approx(1.0)
+    assert cdf["enqueue_to_ready_s"].max() == pytest.approx(180.0, abs=0.01)
+    series = analysis.cold_path_series.filter(pl.col("queue") == "doc-summaries")
+    assert series["jobs"].sum() == 505 and series["pending"].sum() == 5
+
+
+def test_abandonment_cliff_at_2000_ms(store: Store) -> None:
+    scenario = scenario_abandonment_cliff()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    summary = _row(analysis.abandonment_summary, service="web")
+    assert summary["cliff_ms"] == 2000
+    assert (summary["requests"], summary["abandoned"]) == (2000, 420)
+    buckets = analysis.abandonment.filter(pl.col("service") == "web").sort("lo_ms")
+    assert buckets["lo_ms"].to_list() == list(range(0, 4000, 500))
+    assert buckets["hi_ms"].to_list() == list(range(500, 4500, 500))
+    below = buckets.filter(pl.col("lo_ms") < 2000)
+    above = buckets.filter(pl.col("lo_ms") >= 2000)
+    assert below["rate"].to_list() == pytest.approx([0.02] * 4)
+    assert above["rate"].to_list() == pytest.approx([0.4] * 4)
+    assert (buckets["rate_low"] <= buckets["rate"]).all() and (buckets["rate"] <= buckets["rate_high"]).all()
+    # Wilson 95% for 100/250.
+    assert above["rate_low"][0] == pytest.approx(0.3406, abs=1e-3)
+    assert above["rate_high"][0] == pytest.approx(0.4624, abs=1e-3)
+
+
+def test_retry_amplification_5_percent_per_hop_over_3_hops(store: Store) -> None:
+    scenario = scenario_retries()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    hops = analysis.retry_hops.filter(pl.col("workflow") == "claims-triage").sort("hop_index")
+    assert hops["hop"].to_list() == ["classify", "extract", "decide"]
+    assert hops["calls"].to_list() == [200, 200, 200]
+    assert hops["attempts"].to_list() == [210, 210, 210]
+    assert hops["retry_rate"].to_list() == pytest.approx([0.05] * 3)
+    assert hops["tokens"].to_list() == [210 * 1000] * 3
+    amp = _row(analysis.retry_amplification, workflow="claims-triage")
+    assert amp["runs"] == 200
+    assert amp["modeled_amplification"] == pytest.approx(1.157625)
+    assert amp["attempt_amplification"] == pytest.approx(1.05)
+    assert amp["token_amplification"] == pytest.approx(1.05)
+
+
+def test_token_amplification_counts_tokens_below_tool_hops(store: Store) -> None:
+    spans: list[SpanRow] = []
+    for i in range(10):
+        retries = {"lookup": 2} if i < 5 else {}
+        spans += workflow_run(
+            "triage", at(i * 5.0), ("lookup", "answer"), retries, tool_hops=("lookup",), tokens=(100, 0)
+        )
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(600)))
+    lookup = _row(analysis.retry_hops, hop="lookup")
+    assert (lookup["calls"], lookup["attempts"], lookup["tokens"]) == (10, 20, 2000)
+    amp = _row(analysis.retry_amplification, workflow="triage")
+    # all attempts: lookup 20×100 + answer 10×100; final attempts: 10×100 + 10×100.
+    assert amp["token_amplification"] == pytest.approx(3000 / 2000)
+    assert amp["modeled_amplification"] == pytest.approx(2.0 * 1.0)
+
+
+def test_attribution_llm_regression(store: Store) -> None:
+    scenario = scenario_llm_regression()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    row = _row(analysis.attribution, service="chat-api", operation="POST /chat")
+    assert row["verdict"] == "llm"
+    assert row["llm_share"] > 0.9 and row["llm_share"] + row["internal_share"] == pytest.approx(1.0)
+    assert row["delta_ms"] > 1000
+    assert row["llm_delta_ms"] == pytest.approx(1200.0, abs=1.0)
+    assert row["internal_delta_ms"] == pytest.approx(0.0, abs=1.0)
+    assert (row["baseline_requests"], row["current_requests"]) == (400, 400)
+    assert 1 <= len(row["exemplar_trace_ids"]) <= 5
+    top = analysis.attribution_spans.filter(pl.col("operation") == "POST /chat").row(0, named=True)
+    assert (top["span_name"], top["class"], top["provider"], top["model"]) == (
+        "chat gpt-4o",
+        "llm",
+        "openai",
+        "gpt-4o",
+    )
+    signals = _row(analysis.llm_signals, service="chat-api", model="gpt-4o")
+    assert signals["error_rate_current"] == 0.0 and signals["cold_share_current"] == 0.0
+
+
+def test_attribution_internal_regression(store: Store) -> None:
+    scenario = scenario_internal_regression()
+    insert_spans(store, scenario.spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    row = _row(analysis.attribution, service="chat-api")
+    assert row["verdict"] == "internal"
+    assert row["internal_share"] > 0.9
+    assert row["internal_delta_ms"] == pytest.approx(1200.0, abs=1.0)
+    top = analysis.attribution_spans.filter(pl.col("operation") == "POST /chat").row(0, named=True)
+    assert (top["span_name"], top["class"]) == ("db.query", "internal")
+    assert analysis.llm_signals.is_empty()  # no LLM-side cause to explain
+
+
+def test_no_change_means_verdict_none(store: Store) -> None:
+    spans: list[SpanRow] = []
+    for i in range(400):
+        for window in (0, 3600):
+            spans += hot_request("api", "GET /same", at(window + i * 8.0), 0.0, llm_ms=100.0 + (i % 40))
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(3600)), dt(at(7200)))
+    row = _row(analysis.attribution, operation="GET /same")
+    assert row["verdict"] == "none" and row["delta_ms"] == pytest.approx(0.0, abs=1.0)
+
+
+def test_llm_signals_show_throttling_retries_and_cold_share(store: Store) -> None:
+    scenario = scenario_llm_regression()
+    spans = list(scenario.spans)
+    # In the current hour: batch summaries call the same model from the cold path, and the hot
+    # path's slow calls were throttled once before succeeding.
+    for i in range(100):
+        spans += cold_job("doc-summaries", at(3600 + i * 30.0), 1.0, 2.0, llm_model="gpt-4o")
+    for i in range(20):
+        spans += hot_request(
+            "chat-api", "POST /chat", at(3600 + i * 150.0 + 1), 0.0, llm_ms=2500.0, llm_retries=1
+        )
+    insert_spans(store, spans)
+    analysis = analyze(store, scenario.start, scenario.end)
+    assert _row(analysis.attribution, service="chat-api")["verdict"] == "llm"
+    s = _row(analysis.llm_signals, service="chat-api", model="gpt-4o")
+    # current: 420 hot calls + 20 failed attempts + 100 cold calls = 540 LLM spans.
+    assert s["cold_share_current"] == pytest.approx(100 / 540)
+    assert s["throttle_rate_current"] == pytest.approx(20 / 540)
+    assert s["retry_rate_current"] == pytest.approx(20 / 540)
+    assert s["error_rate_current"] == pytest.approx(20 / 540)
+    assert s["cold_share_baseline"] == 0.0 and s["throttle_rate_baseline"] == 0.0
+
+
+def test_latency_good_total(store: Store) -> None:
+    spans = [s for i in range(100) for s in hot_request("api", "GET /a", at(i), float(i * 10 + 5))]
+    insert_spans(store, spans + spans[:30])  # duplicates count once
+    frame = latency_good_total(store, dt(at(0)), dt(at(100)), threshold_ms=500.0)
+    assert frame.to_dicts() == [{"service": "api", "operation": "GET /a", "good": 50, "total": 100}]
+
+
+def test_json_shape_is_exactly_the_interface(store: Store) -> None:
+    for scenario in (scenario_llm_regression(), scenario_cold_queues(), scenario_retries()):
+        insert_spans(store, scenario.spans)
+    insert_spans(store, scenario_abandonment_cliff().spans)
+    analysis = analyze(store, dt(at(0)), dt(at(3600)), dt(at(-3600)), dt(at(0)))
+    data = json.loads(analysis.to_json())
+    assert set(data) == {
+        "window",
+        "hot_path",
+        "cold_path",
+        "abandonment",
+        "retry_amplification",
+        "attribution",
+    }
+    assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
+    assert data["window"]["start"] == "2026-11-02T08:00:00Z"
+    hot = data["hot_path"][0]
+    assert set(hot) == {
+        "service", "operation", "requests", "p50_ms", "p95_ms", "p99_ms", "p999_ms",
+        "sync_llm_calls_per_request", "releases", "release_coupling",
+    }  # fmt: skip
+    assert set(hot["releases"][0]) == {
+        "version", "released_at", "requests_before", "requests_after", "p99_before_ms", "p99_after_ms",
+        "p99_delta_ms", "significant", "sync_llm_calls_per_request_before",
+        "sync_llm_calls_per_request_after",
+    }  # fmt: skip
+    assert set(hot["release_coupling"]) == {"releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"}
+    assert set(data["cold_path"][0]) == {
+        "queue", "jobs", "completed", "pending", "p50_s", "p95_s", "p99_s", "p999_s", "queue_wait_p99_s",
+        "processing_p99_s", "p99_over_p50", "starved",
+    }  # fmt: skip
+    ab = data["abandonment"][0]
+    assert set(ab) == {"service", "operation", "bucket_ms", "buckets", "cliff_ms"} and ab["bucket_ms"] == 500
+    assert set(ab["buckets"][0]) == {
+        "lo_ms",
+        "hi_ms",
+        "requests",
+        "abandoned",
+        "rate",
+        "rate_low",
+        "rate_high",
+    }
+    ra = data["retry_amplification"][0]
+    assert set(ra) == {
+        "workflow", "runs", "hops", "attempt_amplification", "token_amplification", "modeled_amplification",
+    }  # fmt: skip
+    assert set(ra["hops"][0]) == {"hop", "calls", "attempts", "retry_rate", "tokens"}
+    at_ = data["attribution"][0]
+    assert set(at_) == {
+        "service", "operation", "baseline_p99_ms", "current_p99_ms", "delta_ms", "llm_share",
+        "internal_share", "verdict", "top_spans", "exemplar_trace_ids", "llm_signals",
+    }  # fmt: skip
+    assert set(at_["top_spans"][0]) == {"span_name", "class", "provider", "model", "delta_ms"}
+
+
+def test_default_baseline_and_bad_windows(store: Store) -> None:
+    analysis = analyze(store, dt(at(3600)), dt(at(7200)))
+    assert (analysis.baseline_start, analysis.baseline_end) == (dt(at(0)), dt(at(3600)))
+    assert analysis.hot_path.is_empty() and analysis.attribution.is_empty()
+    assert isinstance(analysis, Analysis) and json.loads(analysis.to_json())["hot_path"] == []
+    with pytest.raises(AnalysisError, match="after start"):
+        analyze(store, dt(at(10)), dt(at(0)))
+    with pytest.raises(AnalysisError, match="timezone"):
+        analyze(store, dt(at(0)).replace(tzinfo=None), dt(at(10)))
+
+
+def test_conventions_are_configurable(store: Store) -> None:
+    scenario = scenario_abandonment_cliff()
+    insert_spans(store, scenario.spans)
+    conv = Conventions(bucket_ms=1000, abandon_status_codes=("408",))
+    analysis = analyze(store, scenario.start, scenario.end, conventions=conv)
+    summary = _row(analysis.abandonment_summary, service="web")
+    assert summary["abandoned"] == 0 and summary["cliff_ms"] is None
+    assert analysis.to_dict()["abandonment"][0]["bucket_ms"] == 1000
+    assert _row(analysis.abandonment, lo_ms=1000)["hi_ms"] == 2000
+    assert Conventions.from_dict(conv.to_dict()) == conv
+    with pytest.raises(ValueError, match="bucket_ms"):
+        Conventions(bucket_ms=0)
+
+
+def test_cli_json_and_table(store_dsn: str) -> None:
+    scenario = scenario_internal_regression()
+    with open_store(store_dsn) as s:
+        ensure_all(s)
+        insert_spans(s, scenario.spans)
+    base = [sys.executable, "-m", "tailwatch", "analyze", "--store", store_dsn]
+    window = ["--start", "2026-11-02T09:00:00Z", "--end", "2026-11-02T10:00:00Z"]
+    out = subprocess.run([*base, *window], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["window"]["baseline_start"] == "2026-11-02T08:00:00Z"
+    assert data["attribution"][0]["verdict"] == "internal"
+    table = subprocess.run(
+        [*base, *window, "--baseline-start", "2026-11-02T08:00:00Z", "--baseline-end", "2026-11-02T09:00:00Z",
+         "--format", "table"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    assert "verdict=internal" in table.stdout and "HOT PATH" in table.stdout
+    bad = subprocess.run(
+        [*base, "--start", "yesterday", "--end", "x"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2 and "ISO 8601" in bad.stderr
+    half = subprocess.run([*base, *window, "--baseline-start", "2026-11-02T08:00:00Z"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert half.returncode == 2 and "tailwatch: error: give both" in half.stderr
+
+
+def test_series_buckets_cover_the_window(store: Store) -> None:
+    spans = [s for i in range(600) for s in hot_request("api", "GET /s", at(i * 6.0), 100.0)]
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(3600)))
+    series = analysis.hot_path_series
+    assert series["requests"].sum() == 600
+    assert 30 <= series.height <= 200
+    assert series["bucket_start"].min() == dt(at(0))
+    assert (series["bucket_start"].diff().drop_nulls() == timedelta(seconds=30)).all()
