@@ -14,6 +14,7 @@ from tailwatch.commands import collect as collect_commands
 from tailwatch.commands import generate as generate_commands
 from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import config as config_commands
+from tailwatch.commands import rules as rules_commands
 from tailwatch.commands import schema as schema_commands
 from tailwatch.commands import serve as serve_commands
 
@@ -41,6 +42,7 @@ def main() -> None:
 
 
 main.add_command(schema_commands.schema)
+main.add_command(rules_commands.rules)
 main.add_command(analyze_commands.analyze)
 main.add_command(collect_commands.collect)
 main.add_command(ingest_commands.ingest)

@@ -1,0 +1,88 @@
+"""Where rule evaluation gets its numbers: the analytics package, cached per window.
+
+One :func:`~slo_rules.evaluate` call may need the same analysis for several rules (every rule with
+``window: 1h`` reads the hour before the evaluation time): :class:`AnalyticsSource` runs
+``analytics.analyze`` once per distinct (window, baseline) and ``latency_good_total`` once per
+distinct (window, threshold), and remembers the results for the rest of the evaluation.
+"""
+
+from __future__ import annotations
+
+import importlib
+from datetime import datetime
+from typing import Any, Protocol
+
+import polars as pl
+
+from collectors.store import Store
+
+__all__ = ["AnalyticsSource", "DataSource"]
+
+WindowKey = tuple[datetime, datetime, datetime | None, datetime | None]
+
+
+class DataSource(Protocol):
+    """What the rules read. ``analysis`` returns an ``analytics.Analysis`` (or a look-alike)."""
+
+    def analysis(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> Any: ...
+
+    def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame: ...
+
+
+class AnalyticsSource:
+    """The real data: ``analytics.analyze`` and ``analytics.latency_good_total``, memoized."""
+
+    def __init__(self, store: Store, conventions: Any = None) -> None:
+        self.store = store
+        self.conventions = conventions
+        self._analyses: dict[WindowKey, Any] = {}
+        self._good_total: dict[tuple[datetime, datetime, float], pl.DataFrame] = {}
+        # Imported at first use: slo_rules imports cleanly (rules check, delivery) without analytics.
+        self._analytics: Any = None
+
+    @property
+    def analyses_run(self) -> int:
+        return len(self._analyses)
+
+    @property
+    def good_total_queries(self) -> int:
+        return len(self._good_total)
+
+    def _module(self) -> Any:
+        if self._analytics is None:
+            self._analytics = importlib.import_module("analytics")
+        return self._analytics
+
+    def analysis(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> Any:
+        key = (start, end, baseline_start, baseline_end)
+        if key not in self._analyses:
+            self._analyses[key] = self._module().analyze(
+                self.store,
+                start,
+                end,
+                baseline_start=baseline_start,
+                baseline_end=baseline_end,
+                conventions=self.conventions,
+            )
+        return self._analyses[key]
+
+    def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame:
+        key = (start, end, float(threshold_ms))
+        if key not in self._good_total:
+            frame = self._module().latency_good_total(
+                self.store, start, end, threshold_ms, conventions=self.conventions
+            )
+            self._good_total[key] = frame
+        return self._good_total[key]
