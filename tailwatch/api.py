@@ -43,9 +43,10 @@ from collectors.errors import TailwatchError
 from collectors.store import Store
 from tailwatch.config import TailwatchConfig
 
-__all__ = ["ARROW_STREAM", "ServiceApi", "api_routes", "parse_time"]
+__all__ = ["ARROW_STREAM", "EXPORT_REPORT_HEADER", "ServiceApi", "api_routes", "parse_time"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+EXPORT_REPORT_HEADER = "X-Tailwatch-Export-Report"
 
 
 class _BadRequest(Exception):
@@ -163,6 +164,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         analysis = _stage("analytics").analyze(
             api.store, start, end, baseline[0], baseline[1], conventions=_conventions(api)
         )
+        # Exactly the text `tailwatch analyze --format json` prints.
         return Response(analysis.to_json(), media_type="application/json")
 
     def alerts_route(request: Request, body: bytes) -> Response:
@@ -201,10 +203,19 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
                     archive.write(path, str(Path(path).relative_to(staging)))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+        # The report rides in one header so the zip stays exactly the exported files.
+        summary = {
+            "analysis_run_id": report.analysis_run_id,
+            "start": getattr(report, "start", None),
+            "end": getattr(report, "end", None),
+            "computed": bool(getattr(report, "computed", False)),
+            "alerts": int(getattr(report, "alerts", 0)),
+            "notes": list(getattr(report, "notes", [])),
+        }
         return Response(
             buffer.getvalue(),
             media_type="application/zip",
-            headers={"X-Tailwatch-Analysis-Run-Id": str(report.analysis_run_id or "")},
+            headers={EXPORT_REPORT_HEADER: json.dumps(summary, default=_json_default, ensure_ascii=True)},
         )
 
     def jobs_route(request: Request, body: bytes) -> Response:

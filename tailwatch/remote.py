@@ -19,7 +19,7 @@ import json
 import os
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -29,11 +29,29 @@ import polars as pl
 
 from collectors.errors import StoreInUseError
 from collectors.store import parse_dsn, resolve_dsn
+from tailwatch.api import EXPORT_REPORT_HEADER
 from tailwatch.config import INGEST_TOKEN_ENV
 
-__all__ = ["RemoteService", "ServiceUnavailableError", "find_service", "for_store"]
+__all__ = ["RemoteExport", "RemoteService", "ServiceUnavailableError", "find_service", "for_store"]
 
 SERVICE_FILE = "tailwatch-service.json"
+
+
+@dataclass
+class RemoteExport:
+    """What a remote dashboard export wrote (the fields of ``dashboards.ExportReport``)."""
+
+    files: list[Path]
+    analysis_run_id: str | None
+    start: datetime | None = None
+    end: datetime | None = None
+    computed: bool = False
+    alerts: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def _time(value: object) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
 
 
 class ServiceUnavailableError(StoreInUseError):
@@ -109,6 +127,19 @@ class RemoteService:
             )
         return response
 
+    def analyze_json(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> str:
+        """The ``tailwatch analyze --format json`` text for this window, as the service printed it."""
+        params = {"start": start.isoformat(), "end": end.isoformat()}
+        if baseline_start is not None and baseline_end is not None:
+            params |= {"baseline_start": baseline_start.isoformat(), "baseline_end": baseline_end.isoformat()}
+        return self._request("GET", "/api/v1/analyze", params=params).text
+
     def analyze(
         self,
         start: datetime,
@@ -117,10 +148,7 @@ class RemoteService:
         baseline_end: datetime | None = None,
     ) -> dict[str, Any]:
         """The ``tailwatch analyze --format json`` object for this window."""
-        params = {"start": start.isoformat(), "end": end.isoformat()}
-        if baseline_start is not None and baseline_end is not None:
-            params |= {"baseline_start": baseline_start.isoformat(), "baseline_end": baseline_end.isoformat()}
-        body = self._request("GET", "/api/v1/analyze", params=params).json()
+        body = json.loads(self.analyze_json(start, end, baseline_start, baseline_end))
         assert isinstance(body, dict)
         return body
 
@@ -143,26 +171,36 @@ class RemoteService:
         start: datetime | None = None,
         end: datetime | None = None,
         formats: Sequence[str] = ("html",),
-    ) -> tuple[list[Path], str]:
-        """Export through the service and unpack into ``out_dir``; (files, analysis run id)."""
+    ) -> RemoteExport:
+        """Export through the service and unpack the files into ``out_dir``."""
         body = {
             "start": start.isoformat() if start else None,
             "end": end.isoformat() if end else None,
             "formats": list(formats),
         }
         response = self._request("POST", "/api/v1/dashboards/export", json=body)
+        summary = json.loads(response.headers.get(EXPORT_REPORT_HEADER, "{}"))
         out_dir.mkdir(parents=True, exist_ok=True)
+        root = out_dir.resolve()
         files: list[Path] = []
         with zipfile.ZipFile(io.BytesIO(response.content)) as archive:
             for name in archive.namelist():
-                target = (out_dir / name).resolve()
+                target = (root / name).resolve()
                 # Never write outside out_dir, whatever names the archive carries.
-                if out_dir.resolve() not in target.parents:
+                if root not in target.parents:
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archive.read(name))
-                files.append(target)
-        return files, response.headers.get("X-Tailwatch-Analysis-Run-Id", "")
+                files.append(out_dir / target.relative_to(root))
+        return RemoteExport(
+            files=files,
+            analysis_run_id=summary.get("analysis_run_id"),
+            start=_time(summary.get("start")),
+            end=_time(summary.get("end")),
+            computed=bool(summary.get("computed")),
+            alerts=int(summary.get("alerts") or 0),
+            notes=[str(n) for n in summary.get("notes") or []],
+        )
 
     def close(self) -> None:
         self._client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
@@ -219,12 +220,22 @@ def analyze(
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
     LLM-vs-internal attribution over [--start, --end) against a baseline window."""
     from analytics import analyze as run_analysis
+    from collectors.errors import StoreInUseError
     from collectors.schema import TRACES_TABLE
     from collectors.store import open_store
 
     if (baseline_start is None) != (baseline_end is None):
         raise TailwatchError("give both --baseline-start and --baseline-end, or neither")
-    with open_store(store_dsn) as store:
+    try:
+        opened = open_store(store_dsn)
+    except StoreInUseError as exc:
+        # A running `tailwatch serve` owns the embedded store: ask its API instead.
+        from tailwatch import remote
+
+        text = remote.for_store(store_dsn, exc).analyze_json(start, end, baseline_start, baseline_end)
+        click.echo(text if output_format == "json" else render_table(json.loads(text)))
+        return
+    with opened as store:
         if not store.table_exists(TRACES_TABLE):
             raise TailwatchError(
                 f"store {store.location.redacted()} has no {TRACES_TABLE} table; "

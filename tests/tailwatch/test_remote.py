@@ -1,0 +1,100 @@
+"""Read commands on an embedded store owned by a running service go through its API."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from tailwatch.cli import main
+from tailwatch.config import load_config
+from tailwatch.remote import SERVICE_FILE, find_service
+from tailwatch.service import Service
+from tests.analytics.builders import scenario_llm_regression
+from tests.tailwatch.otlp_send import export_rows
+
+
+@pytest.fixture
+def holder(tmp_path: Path) -> Iterator[str]:
+    """Another process holding the embedded store, with no service API."""
+    dsn = f"chdb://{tmp_path / 'store'}"
+    code = (
+        "import sys, time\nfrom collectors.store import open_store\n"
+        f"s = open_store({dsn!r})\nprint('ready', flush=True)\nsys.stdin.read()\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        yield dsn
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=60)
+
+
+def test_store_in_use_without_a_service_is_one_line(holder: str, tmp_path: Path) -> None:
+    args = ["analyze", "--store", holder, "--start", "2026-11-02T08:00:00Z", "--end", "2026-11-02T09:00:00Z"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert "is in use by another process and no tailwatch service API is announced" in lines[0]
+
+    # A service file left by a dead process is stale: the same answer.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    (tmp_path / "store" / SERVICE_FILE).write_text(
+        json.dumps({"api_url": "http://127.0.0.1:9", "pid": int(dead.stdout)})
+    )
+    assert find_service(holder) is None
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 2 and "no tailwatch service API is announced" in again.output
+
+
+def test_analyze_goes_through_the_running_service(tmp_path: Path) -> None:
+    scenario = scenario_llm_regression()
+    path = tmp_path / "tw.toml"
+    path.write_text(
+        f'store = "chdb://{tmp_path / "store"}"\n[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        '[ingest]\nflush_interval = "100ms"\n'
+    )
+    service = Service(load_config(path, env={}), jobs=[])
+    service.start()
+    try:
+        assert service.api_url is not None
+        assert export_rows(service.api_url, scenario.spans) == len(scenario.spans)
+        window = ["--start", scenario.start.isoformat(), "--end", scenario.end.isoformat()]
+        baseline = ["--baseline-start", scenario.baseline_start.isoformat()]
+        baseline += ["--baseline-end", scenario.baseline_end.isoformat()]
+        dsn = f"chdb://{tmp_path / 'store'}"
+        # This very process serves the store; the command still cannot open it and uses the API.
+        result = CliRunner().invoke(main, ["analyze", "--store", dsn, *window, *baseline, "--format", "json"])
+        assert result.exit_code == 0, result.output
+        params = {
+            "start": scenario.start.isoformat(),
+            "end": scenario.end.isoformat(),
+            "baseline_start": scenario.baseline_start.isoformat(),
+            "baseline_end": scenario.baseline_end.isoformat(),
+        }
+        direct = httpx.get(f"{service.api_url}/api/v1/analyze", params=params, timeout=120)
+        assert result.output.strip() == direct.text.strip()
+        [row] = [a for a in json.loads(result.output)["attribution"] if a["operation"] == scenario.operation]
+        assert row["verdict"] == "llm"
+        table = CliRunner().invoke(main, ["analyze", "--store", dsn, *window, "--format", "table"])
+        assert table.exit_code == 0 and "verdict=llm" in table.output
+
+        bad = httpx.get(f"{service.api_url}/api/v1/analyze", params={"start": "yesterday", "end": "now"})
+        assert bad.status_code == 400 and "start: not an ISO 8601 time" in bad.json()["error"]
+    finally:
+        service.stop(timeout_s=20)
+    assert os.path.exists(tmp_path / "store") and not (tmp_path / "store" / SERVICE_FILE).exists()
