@@ -161,9 +161,9 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             if q.get("baseline_start")
             else (None, None)
         )
-        analysis = _stage("analytics").analyze(
-            api.store, start, end, baseline[0], baseline[1], conventions=_conventions(api)
-        )
+        from analytics import analyze
+
+        analysis = analyze(api.store, start, end, baseline[0], baseline[1], conventions=_conventions(api))
         # Exactly the text `tailwatch analyze --format json` prints.
         return Response(analysis.to_json(), media_type="application/json")
 
@@ -174,7 +174,9 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             if q.get("include_resolved_since")
             else None
         )
-        frame = _stage("slo_rules").list_alerts(api.store, include_resolved_since=since)
+        from slo_rules import list_alerts
+
+        frame = list_alerts(api.store, include_resolved_since=since)
         if q.get("format", "json") == "arrow":
             sink = io.BytesIO()
             import pyarrow as pa
@@ -262,7 +264,9 @@ def _request_json(raw: bytes) -> dict[str, Any]:
 def _conventions(api: ServiceApi) -> Any:
     if not api.config.analysis.conventions:
         return None
-    return _stage("analytics").Conventions(**api.config.analysis.conventions)
+    from analytics import Conventions
+
+    return Conventions(**api.config.analysis.conventions)
 
 
 def _stage(module: str) -> Any:

@@ -43,7 +43,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
@@ -58,6 +58,9 @@ from pydantic import (
 
 from collectors.errors import StoreError, TailwatchError
 from collectors.store import STORE_ENV, default_store_dsn, parse_dsn
+
+if TYPE_CHECKING:
+    from slo_rules import NotifierConfig
 
 __all__ = [
     "CONFIG_ENV",
@@ -366,10 +369,10 @@ class AnalysisConfig(_Section):
         import dataclasses
 
         try:
-            conventions_type = _stage("analytics").Conventions
-        except (ImportError, AttributeError):
+            from analytics import Conventions
+        except ImportError:
             return value
-        known = {f.name for f in dataclasses.fields(conventions_type)}
+        known = {f.name for f in dataclasses.fields(Conventions)}
         unknown = sorted(set(value) - known)
         if unknown:
             raise ValueError(f"unknown convention {unknown[0]!r}; known: {', '.join(sorted(known))}")
@@ -400,6 +403,7 @@ class WebhookEntry(_Section):
 class SlackEntry(_Section):
     url: Url | None = None
     url_env: EnvName | None = None
+    secret_env: EnvName | None = None
     name: str = "slack"
     timeout: Duration = 10.0
 
@@ -413,6 +417,7 @@ class SlackEntry(_Section):
 class PagerDutyEntry(_Section):
     routing_key_env: EnvName
     url: Url = "https://events.pagerduty.com/v2/enqueue"
+    secret_env: EnvName | None = None
     name: str = "pagerduty"
     timeout: Duration = 10.0
 
@@ -464,19 +469,33 @@ class TailwatchConfig(_Section):
             return None  # ephemeral port: the service fills it in once listening
         return f"http://{host}:{port}/dashboards"
 
-    def notifiers(self) -> list[Any]:
+    def notifiers(self) -> list[NotifierConfig]:
         """The ``[notify]`` entries as ``slo_rules`` notifier configs."""
-        slo_rules = _stage("slo_rules")
-        out: list[Any] = []
+        from slo_rules import PagerDutyConfig, SlackConfig, WebhookConfig
+
+        out: list[NotifierConfig] = []
         for w in self.notify.webhook:
-            out.append(
-                slo_rules.WebhookConfig(url=w.url, secret_env=w.secret_env, name=w.name, timeout_s=w.timeout)
-            )
+            out.append(WebhookConfig(url=w.url, secret_env=w.secret_env, name=w.name, timeout_s=w.timeout))
         for s in self.notify.slack:
-            url = s.url if s.url is not None else os.environ.get(s.url_env or "", "")
-            out.append(slo_rules.SlackConfig(url=url, name=s.name, timeout_s=s.timeout))
+            out.append(
+                SlackConfig(
+                    url=s.url or "",
+                    url_env=s.url_env,
+                    secret_env=s.secret_env,
+                    name=s.name,
+                    timeout_s=s.timeout,
+                )
+            )
         for p in self.notify.pagerduty:
-            out.append(slo_rules.PagerDutyConfig(routing_key_env=p.routing_key_env, url=p.url, name=p.name))
+            out.append(
+                PagerDutyConfig(
+                    routing_key_env=p.routing_key_env,
+                    url=p.url,
+                    name=p.name,
+                    timeout_s=p.timeout,
+                    secret_env=p.secret_env,
+                )
+            )
         return out
 
 
@@ -865,14 +884,3 @@ def resolve_overrides(**values: Any) -> dict[str, Any]:
         "log_level": "log.level",
     }
     return {mapping[k]: v for k, v in values.items() if v is not None}
-
-
-def _stage(module: str) -> Any:
-    """A stage package, imported when first used.
-
-    Stage calls go through this untyped handle while the stage packages' public surfaces are still
-    landing; the contract (CONTRACTS.md) fixes their names and signatures.
-    """
-    import importlib
-
-    return importlib.import_module(module)

@@ -43,6 +43,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from collectors import IngestPipeline, PipelineSettings, Receivers
 from collectors.errors import TailwatchError
 from collectors.store import Store, open_store, parse_dsn
+from slo_rules import NotifierConfig, RuleSet
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.remote import SERVICE_FILE
 from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, MIGRATIONS
@@ -458,7 +459,9 @@ def _analyze(ctx: JobContext) -> object:
 def _conventions(config: TailwatchConfig) -> Any:
     if not config.analysis.conventions:
         return None
-    return _stage("analytics").Conventions(**config.analysis.conventions)
+    from analytics import Conventions
+
+    return Conventions(**config.analysis.conventions)
 
 
 @dataclass
@@ -466,11 +469,13 @@ class _Rules:
     """The rule set, loaded once at start-up (so a bad rule file fails the start, not a job)."""
 
     files: Sequence[Path]
-    ruleset: Any = None
+    ruleset: RuleSet | None = None
 
-    def load(self) -> Any:
+    def load(self) -> RuleSet:
         if self.ruleset is None:
-            self.ruleset = _stage("slo_rules").load_rules(list(self.files) or None)
+            from slo_rules import load_rules
+
+            self.ruleset = load_rules(list(self.files) or None)
         return self.ruleset
 
 
@@ -478,11 +483,12 @@ class _Rules:
 class _Evaluate:
     rules: _Rules
     dashboard_url: Callable[[], str | None]
-    notifiers: list[Any] = field(default_factory=list)
+    notifiers: list[NotifierConfig] = field(default_factory=list)
 
     def __call__(self, ctx: JobContext) -> object:
-        slo_rules = _stage("slo_rules")
-        result = slo_rules.evaluate(
+        from slo_rules import deliver, evaluate
+
+        result = evaluate(
             ctx.store,
             self.rules.load(),
             ctx.now,
@@ -490,7 +496,7 @@ class _Evaluate:
             dashboard_url=self.dashboard_url(),
             conventions=_conventions(ctx.config),
         )
-        report = slo_rules.deliver(ctx.store, self.notifiers)
+        report = deliver(ctx.store, self.notifiers)
         return f"{result}; {report}"
 
 

@@ -231,3 +231,23 @@ def test_config_show_invalid_is_one_line_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1 and lines[0].startswith(
         "tailwatch: error: invalid configuration: schedule.evaluate"
     )
+
+
+def test_notify_entries_become_slo_rules_notifiers(tmp_path: Path) -> None:
+    from slo_rules import PagerDutyConfig, SlackConfig, WebhookConfig
+
+    path = _write(
+        tmp_path,
+        '[[notify.webhook]]\nurl = "http://127.0.0.1:9/a"\nsecret_env = "S1"\ntimeout = "3s"\n'
+        '[[notify.slack]]\nurl_env = "SLACK_URL"\n'
+        '[[notify.pagerduty]]\nrouting_key_env = "PD"\nname = "pd"\n',
+    )
+    config = load_config(path, env={})
+    assert config.notifiers() == [
+        WebhookConfig(url="http://127.0.0.1:9/a", secret_env="S1", timeout_s=3.0),
+        SlackConfig(url="", url_env="SLACK_URL"),
+        PagerDutyConfig(routing_key_env="PD", name="pd"),
+    ]
+    bad = _write(tmp_path, '[[notify.slack]]\nname = "x"\n', "bad.toml")
+    with pytest.raises(ConfigError, match=r"notify.slack\[0\]: set exactly one of url or url_env"):
+        load_config(bad, env={})
