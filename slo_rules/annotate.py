@@ -21,13 +21,15 @@ __all__ = ["attribution_annotations", "fmt_ms", "fmt_pct", "fmt_s", "signed_ms"]
 
 
 def fmt_ms(ms: float | None) -> str:
-    """Milliseconds for people: ``850 ms``, ``1.2 s``, ``3.4 min``."""
+    """Milliseconds for people: ``850 ms``, ``1.2 s``, ``180 s``, ``12.5 min``."""
     if ms is None:
         return "n/a"
     if abs(ms) < 1000:
         return f"{ms:.0f} ms"
-    if abs(ms) < 60_000:
+    if abs(ms) < 100_000:
         return f"{ms / 1000:.1f} s"
+    if abs(ms) < 600_000:
+        return f"{ms / 1000:.0f} s"
     return f"{ms / 60_000:.1f} min"
 
 

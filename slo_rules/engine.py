@@ -349,10 +349,12 @@ def _release_coupling(rule: ReleaseCouplingRule, ctx: _Context) -> list[Candidat
         if not rule.selects(*key) or released is None or not start <= released < end:
             continue
         keys.add(key)
-        before = float(row.get("sync_llm_calls_per_request_before") or 0.0)
+        raw_before = row.get("sync_llm_calls_per_request_before")
+        before = float(raw_before or 0.0)
         after = float(row.get("sync_llm_calls_per_request_after") or 0.0)
         version = str(row.get("version"))
-        if after - before >= rule.min_sync_llm_increase:
+        # The first version seen has nothing before it: no "added calls" without a comparison.
+        if raw_before is not None and after - before >= rule.min_sync_llm_increase:
             findings.setdefault(key, []).append(
                 (
                     released,
