@@ -433,11 +433,13 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
                 for kv in span.attributes:
                     keys_append(kv.key)
                     value = kv.value
-                    which = value.WhichOneof("value")
-                    if which == "string_value":
-                        values_append(value.string_value)
+                    # Most values are non-empty strings: reading string_value first skips the
+                    # WhichOneof call for them (an empty result may be '' or another type).
+                    text = value.string_value
+                    if text:
+                        values_append(text)
                     else:
-                        values_append(non_string(value, which))
+                        values_append(non_string(value, value.WhichOneof("value")))
                 attr_offsets.append(len(attr_keys))
                 if span.events:
                     for event in span.events:

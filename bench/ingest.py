@@ -1,0 +1,485 @@
+"""Ingest benchmark: OTLP/HTTP exports from another process → receiver → rows queryable in otel_traces.
+
+Run ``python -m bench.ingest`` (options: ``--spans``, ``--clients``, ``--modes``). For each mode the
+receiver runs in its own process on an embedded store; this process sends 512-span requests of
+realistic spans (10–20 attributes) over loopback from several keep-alive connections and reports
+
+* sustained spans/s from the first request until ``count()`` sees every span,
+* export-request latency p50/p99 (HdrHistogram, successful requests),
+* the receiver's peak RSS.
+
+Modes:
+
+* ``columnar`` — tailwatch's receiver as shipped: Arrow columns built straight from the decoded
+  messages, fsync'd spool before the 200, 10k-row / 1 s batches.
+* ``baseline`` — the straightforward receiver: decode, one Python dict per span, buffer the rows and
+  insert them with the client's row insert every 10k rows / 1 s (no spool, so it is the cheaper of
+  the two on paper).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+from hdrh.histogram import HdrHistogram
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span, Status
+
+SPANS_PER_REQUEST = 512
+_PORT = re.compile(r"BENCH_PORT=(\d+)")
+
+
+# --- workload ----------------------------------------------------------------------------------
+
+
+def _kv(key: str, value: object) -> KeyValue:
+    if isinstance(value, bool):
+        return KeyValue(key=key, value=AnyValue(bool_value=value))
+    if isinstance(value, int):
+        return KeyValue(key=key, value=AnyValue(int_value=value))
+    if isinstance(value, float):
+        return KeyValue(key=key, value=AnyValue(double_value=value))
+    return KeyValue(key=key, value=AnyValue(string_value=str(value)))
+
+
+def _attributes(rnd: random.Random, kind: str) -> list[KeyValue]:
+    common = [
+        _kv("http.request.method", "POST"),
+        _kv("http.route", "/chat"),
+        _kv("http.response.status_code", rnd.choice([200, 200, 200, 429, 500])),
+        _kv("server.address", "api.internal.example.com"),
+        _kv("url.path", f"/chat/{rnd.randrange(100_000)}"),
+        _kv("user_agent.original", "python-httpx/0.27"),
+        _kv("network.protocol.version", "1.1"),
+        _kv("client.address", f"10.0.{rnd.randrange(256)}.{rnd.randrange(256)}"),
+        _kv("feature.flag.streaming", rnd.random() < 0.5),
+        _kv("tenant.id", f"tenant-{rnd.randrange(500)}"),
+    ]
+    if kind == "llm":
+        common += [
+            _kv("gen_ai.operation.name", "chat"),
+            _kv("gen_ai.provider.name", "openai"),
+            _kv("gen_ai.request.model", "gpt-4o"),
+            _kv("gen_ai.response.model", "gpt-4o-2024-08-06"),
+            _kv("gen_ai.usage.input_tokens", rnd.randrange(50, 8_000)),
+            _kv("gen_ai.usage.output_tokens", rnd.randrange(10, 2_000)),
+            _kv("gen_ai.request.temperature", 0.7),
+            _kv("gen_ai.response.time_to_first_chunk", round(rnd.uniform(0.1, 3.0), 3)),
+        ]
+    return common[: rnd.randrange(10, 21)] if kind == "http" else common
+
+
+def make_request(seed: int, now_ns: int) -> bytes:
+    """One serialized 512-span export: 64 traces of a server span + 7 children, 10–20 attributes each."""
+    rnd = random.Random(seed)
+    spans: list[Span] = []
+    while len(spans) < SPANS_PER_REQUEST:
+        trace_id = rnd.randbytes(16)
+        root_id = rnd.randbytes(8)
+        start = now_ns - rnd.randrange(60 * 10**9)
+        duration = rnd.randrange(50, 5_000) * 10**6
+        spans.append(
+            Span(
+                trace_id=trace_id,
+                span_id=root_id,
+                name="POST /chat",
+                kind=Span.SPAN_KIND_SERVER,
+                start_time_unix_nano=start,
+                end_time_unix_nano=start + duration,
+                attributes=_attributes(rnd, "http"),
+                status=Status(code=Status.STATUS_CODE_UNSET),
+            )
+        )
+        for _ in range(7):
+            child_start = start + rnd.randrange(duration // 2)
+            spans.append(
+                Span(
+                    trace_id=trace_id,
+                    span_id=rnd.randbytes(8),
+                    parent_span_id=root_id,
+                    name="chat gpt-4o",
+                    kind=Span.SPAN_KIND_CLIENT,
+                    start_time_unix_nano=child_start,
+                    end_time_unix_nano=child_start + rnd.randrange(duration // 2),
+                    attributes=_attributes(rnd, "llm"),
+                    status=Status(
+                        code=Status.STATUS_CODE_ERROR if rnd.random() < 0.02 else Status.STATUS_CODE_UNSET
+                    ),
+                )
+            )
+    resource_attrs = [
+        _kv("service.name", "chat-api"),
+        _kv("service.version", "2.14.1"),
+        _kv("deployment.environment.name", "production"),
+        _kv("host.name", "ip-10-0-3-17"),
+        _kv("telemetry.sdk.language", "python"),
+    ]
+    request = ExportTraceServiceRequest(
+        resource_spans=[
+            ResourceSpans(
+                resource=Resource(attributes=resource_attrs),
+                scope_spans=[
+                    ScopeSpans(
+                        scope=InstrumentationScope(
+                            name="opentelemetry.instrumentation.httpx", version="0.50b0"
+                        ),
+                        spans=spans[:SPANS_PER_REQUEST],
+                    )
+                ],
+            )
+        ]
+    )
+    return request.SerializeToString()
+
+
+# --- receivers (run in the server subprocess) ----------------------------------------------------
+
+
+def _bench_routes(store: Any) -> list[Any]:
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+
+    async def count(request: Request) -> JSONResponse:
+        return JSONResponse({"rows": int(store.query_value("SELECT count() FROM otel_traces"))})
+
+    async def rss(request: Request) -> JSONResponse:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return JSONResponse({"peak_rss_kib": usage.ru_maxrss, "cpu_s": usage.ru_utime + usage.ru_stime})
+
+    return [Route("/bench/count", count), Route("/bench/rss", rss)]
+
+
+def _serve_columnar(store: Any, spool: Path) -> None:
+    from collectors.pipeline import IngestPipeline
+    from collectors.receivers import Receivers
+    from collectors.settings import PipelineSettings
+
+    pipeline = IngestPipeline(store, PipelineSettings(spool_dir=spool))
+    pipeline.start()
+    receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None, extra_routes=_bench_routes(store))
+    receivers.start()
+    _wait_for_term(receivers.http_port)
+    receivers.stop()
+    pipeline.stop()
+
+
+def _baseline_rows(body: bytes) -> list[dict[str, Any]]:
+    """The straightforward mapping: one dict per span, every field copied in Python."""
+    from collectors.otlp_decode import any_value_to_string, decode_protobuf
+
+    kinds = ["Unspecified", "Internal", "Server", "Client", "Producer", "Consumer"]
+    codes = ["Unset", "Ok", "Error"]
+    rows = []
+    for rs in decode_protobuf(body).resource_spans:
+        res = {kv.key: any_value_to_string(kv.value) for kv in rs.resource.attributes}
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                rows.append(
+                    {
+                        "Timestamp": span.start_time_unix_nano,
+                        "TraceId": span.trace_id.hex(),
+                        "SpanId": span.span_id.hex(),
+                        "ParentSpanId": span.parent_span_id.hex(),
+                        "TraceState": span.trace_state,
+                        "SpanName": span.name,
+                        "SpanKind": kinds[span.kind],
+                        "ServiceName": res.get("service.name", ""),
+                        "ResourceAttributes": res,
+                        "ScopeName": ss.scope.name,
+                        "ScopeVersion": ss.scope.version,
+                        "SpanAttributes": {kv.key: any_value_to_string(kv.value) for kv in span.attributes},
+                        "Duration": span.end_time_unix_nano - span.start_time_unix_nano,
+                        "StatusCode": codes[span.status.code],
+                        "StatusMessage": span.status.message,
+                        "Events.Timestamp": [e.time_unix_nano for e in span.events],
+                        "Events.Name": [e.name for e in span.events],
+                        "Events.Attributes": [
+                            {kv.key: any_value_to_string(kv.value) for kv in e.attributes}
+                            for e in span.events
+                        ],
+                        "Links.TraceId": [link.trace_id.hex() for link in span.links],
+                        "Links.SpanId": [link.span_id.hex() for link in span.links],
+                        "Links.TraceState": [link.trace_state for link in span.links],
+                        "Links.Attributes": [
+                            {kv.key: any_value_to_string(kv.value) for kv in link.attributes}
+                            for link in span.links
+                        ],
+                    }
+                )
+    return rows
+
+
+def _serve_baseline(store: Any) -> None:
+    import asyncio
+
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.concurrency import run_in_threadpool
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
+
+    ensure_schema(store)
+    columns = TRACES_ARROW_SCHEMA.names
+    buffer: list[list[Any]] = []
+    lock = threading.Condition()
+    stop = threading.Event()
+
+    def flusher() -> None:
+        last = time.monotonic()
+        while not stop.is_set() or buffer:
+            with lock:
+                lock.wait_for(
+                    lambda: len(buffer) >= 10_000 or stop.is_set(),
+                    timeout=max(0.0, 1.0 - (time.monotonic() - last)),
+                )
+                rows = buffer[:]
+                buffer.clear()
+            last = time.monotonic()
+            if rows:
+                store.client.insert("otel_traces", rows, column_names=columns)
+
+    async def traces(request: Request) -> Response:
+        body = await request.body()
+
+        def work() -> None:
+            rows = [[row[c] for c in columns] for row in _baseline_rows(body)]
+            with lock:
+                buffer.extend(rows)
+                if len(buffer) >= 10_000:
+                    lock.notify()
+
+        await run_in_threadpool(work)
+        return Response(b"", media_type="application/x-protobuf")
+
+    app = Starlette(routes=[Route("/v1/traces", traces, methods=["POST"]), *_bench_routes(store)])
+    thread = threading.Thread(target=flusher, daemon=True)
+    thread.start()
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(2048)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
+    server_thread = threading.Thread(target=lambda: asyncio.run(server.serve(sockets=[sock])), daemon=True)
+    server_thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    _wait_for_term(sock.getsockname()[1])
+    server.should_exit = True
+    server_thread.join(10)
+    stop.set()
+    with lock:
+        lock.notify()
+    thread.join(30)
+
+
+def _wait_for_term(port: int) -> None:
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    print(f"BENCH_PORT={port}", flush=True)
+    done.wait()
+
+
+def serve(mode: str, dsn: str, spool: Path) -> None:
+    from collectors.store import open_store
+
+    with open_store(dsn) as store:
+        if mode == "columnar":
+            _serve_columnar(store, spool)
+        else:
+            _serve_baseline(store)
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    mode: str
+    spans: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    peak_rss_mib: float
+    throttled: int
+    cpu_us_per_span: float
+
+    @property
+    def spans_per_s(self) -> float:
+        return self.spans / self.seconds
+
+
+def _requests(n: int) -> Iterator[bytes]:
+    now = time.time_ns()
+    for i in range(n):
+        yield make_request(i, now)
+
+
+def run_mode(mode: str, bodies: list[bytes], clients: int) -> Result:
+    with tempfile.TemporaryDirectory(prefix="tw-bench-") as tmp:
+        dsn = "chdb://" + str(Path(tmp) / "store")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.ingest",
+                "--serve",
+                mode,
+                "--store",
+                dsn,
+                "--spool",
+                str(Path(tmp) / "spool"),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        match = _PORT.search(line)
+        if not match:
+            proc.kill()
+            raise SystemExit(f"{mode} receiver did not start: {line!r}")
+        base = f"http://127.0.0.1:{match.group(1)}"
+        histogram = HdrHistogram(1, 60_000_000, 3)  # microseconds
+        hist_lock = threading.Lock()
+        throttled = 0
+        total = len(bodies) * SPANS_PER_REQUEST
+        headers = {"Content-Type": "application/x-protobuf"}
+        next_index = iter(range(len(bodies)))
+        index_lock = threading.Lock()
+
+        def client() -> None:
+            nonlocal throttled
+            with httpx.Client(timeout=60) as http:
+                while True:
+                    with index_lock:
+                        i = next(next_index, None)
+                    if i is None:
+                        return
+                    while True:
+                        started = time.perf_counter()
+                        r = http.post(base + "/v1/traces", content=bodies[i], headers=headers)
+                        elapsed_us = int((time.perf_counter() - started) * 1e6)
+                        if r.status_code == 200:
+                            with hist_lock:
+                                histogram.record_value(max(1, elapsed_us))
+                            break
+                        if r.status_code not in (429, 503):
+                            raise SystemExit(f"{mode}: unexpected HTTP {r.status_code}: {r.content[:200]!r}")
+                        with hist_lock:
+                            throttled += 1
+                        time.sleep(float(r.headers.get("Retry-After", "1")) / 10)
+
+        with httpx.Client(timeout=60) as http:
+            cpu_before = http.get(base + "/bench/rss").json()["cpu_s"]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            for future in [pool.submit(client) for _ in range(clients)]:
+                future.result()
+        with httpx.Client(timeout=60) as http:
+            while http.get(base + "/bench/count").json()["rows"] < total:
+                time.sleep(0.02)
+            seconds = time.perf_counter() - started
+            usage = http.get(base + "/bench/rss").json()
+            rss_kib, cpu_s = usage["peak_rss_kib"], usage["cpu_s"] - cpu_before
+            if os.environ.get("BENCH_METRICS") and mode == "columnar":
+                for metric_line in http.get(base + "/metrics").text.splitlines():
+                    if metric_line.startswith(
+                        (
+                            "tailwatch_ingest_insert_seconds_sum",
+                            "tailwatch_ingest_insert_seconds_count",
+                            "tailwatch_ingest_batch_rows_sum",
+                            "tailwatch_ingest_batch_rows_count",
+                        )
+                    ):
+                        print(metric_line, file=sys.stderr)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        return Result(
+            mode,
+            total,
+            seconds,
+            histogram.get_value_at_percentile(50) / 1000,
+            histogram.get_value_at_percentile(99) / 1000,
+            rss_kib / 1024,
+            throttled,
+            cpu_s * 1e6 / total,
+        )
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--spans", type=int, default=307_200, help="spans per mode (multiple of 512)")
+    parser.add_argument("--clients", type=int, default=8, help="concurrent keep-alive connections")
+    parser.add_argument("--modes", default="columnar,baseline")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    parser.add_argument("--serve", help=argparse.SUPPRESS)
+    parser.add_argument("--store", help=argparse.SUPPRESS)
+    parser.add_argument("--spool", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve, args.store, Path(args.spool))
+        return
+    n = max(1, args.spans // SPANS_PER_REQUEST)
+    print(f"generating {n} requests of {SPANS_PER_REQUEST} spans…", file=sys.stderr)
+    bodies = list(_requests(n))
+    results = []
+    for mode in args.modes.split(","):
+        print(f"running {mode}…", file=sys.stderr)
+        results.append(run_mode(mode.strip(), bodies, args.clients))
+    baseline = next((r for r in results if r.mode == "baseline"), None)
+    load = os.getloadavg()[0]
+    print(
+        f"machine: {os.cpu_count()} CPUs (nproc), {_cpu_model()}; {args.clients} client connections; "
+        f"load average {load:.1f}"
+    )
+    print(
+        f"{'mode':<10} {'spans':>9} {'spans/s':>10} {'vs base':>8} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'peak RSS MiB':>13} {'429/503':>8} {'CPU us/span':>12}"
+    )
+    for r in results:
+        ratio = f"{r.spans_per_s / baseline.spans_per_s:.2f}x" if baseline else "-"
+        print(
+            f"{r.mode:<10} {r.spans:>9} {r.spans_per_s:>10,.0f} {ratio:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
+            f"{r.peak_rss_mib:>13.0f} {r.throttled:>8} {r.cpu_us_per_span:>12.1f}"
+        )
+    if args.json:
+        print(json.dumps([r.__dict__ | {"spans_per_s": r.spans_per_s} for r in results]))
+
+
+if __name__ == "__main__":
+    main()
