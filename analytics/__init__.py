@@ -3,16 +3,19 @@ ClickHouse.
 
 Public surface::
 
-    from analytics import Conventions, Analysis, analyze, latency_good_total
+    from analytics import Conventions, Analysis, analyze, persist_analysis, load_analysis, build_rollups
     analysis = analyze(store, start, end)          # baseline: the window of equal length before start
     analysis.hot_path, analysis.attribution, ...   # Polars frames
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
+    run_id = persist_analysis(store, analysis)     # tailwatch_analysis_* tables
 """
 
 from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
 from analytics.hot_path import latency_good_total
+from analytics.persist import latest_analysis, load_analysis, persist_analysis, runs
+from analytics.rollups import build_rollups
 
 __all__ = [
     "FRAME_SCHEMAS",
@@ -23,5 +26,10 @@ __all__ = [
     "SpanClass",
     "Verdict",
     "analyze",
+    "build_rollups",
     "latency_good_total",
+    "latest_analysis",
+    "load_analysis",
+    "persist_analysis",
+    "runs",
 ]

@@ -65,6 +65,7 @@ from analytics.retries import (
     fetch_workflow_spans,
     retry_metrics,
 )
+from analytics.rollups import long_window_hot_path
 from collectors.store import Store
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
@@ -315,7 +316,8 @@ def analyze(
     every = series_every(windows.start, windows.end, conv.series_buckets)
 
     requests = fetch_requests(store, windows, conv)
-    hot = hot_path_summary(requests)
+    # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
+    hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
     services = sorted(set(requests.filter(pl.col("window") == "current")["service"].to_list()))
     release_rows = releases(requests, fetch_release_times(store, services, windows, conv), conv)
 

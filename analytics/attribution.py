@@ -181,7 +181,7 @@ def fetch_tail_spans(
     frame = normalize(store.query_polars(tail_spans_sql(store.table(TRACES_TABLE)), params))
     if frame.is_empty():
         return empty(TAIL_SPANS_SCHEMA)
-    return frame.cast(TAIL_SPANS_SCHEMA).select(list(TAIL_SPANS_SCHEMA))  # type: ignore[arg-type]
+    return frame.cast(pl.Schema(TAIL_SPANS_SCHEMA)).select(list(TAIL_SPANS_SCHEMA))
 
 
 # --- critical path (pure) ----------------------------------------------------------------------
@@ -397,7 +397,7 @@ def attribute(
         if not per_span.is_empty()
         else empty(ATTRIBUTION_SPANS_SCHEMA)
     )
-    return attribution, spans_out.cast(ATTRIBUTION_SPANS_SCHEMA)  # type: ignore[arg-type]
+    return attribution, spans_out.cast(pl.Schema(ATTRIBUTION_SPANS_SCHEMA))
 
 
 # --- LLM-side signals ---------------------------------------------------------------------------
@@ -460,7 +460,7 @@ def fetch_llm_signals(
     frame = normalize(store.query_polars(llm_signals_sql(store.table(TRACES_TABLE)), params))
     if frame.is_empty():
         return empty(schema)
-    return frame.cast(schema).select(list(schema))  # type: ignore[arg-type]
+    return frame.cast(pl.Schema(schema)).select(list(schema))
 
 
 def llm_causes(attribution: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
@@ -497,4 +497,4 @@ def llm_signals(causes: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
             ],
         )
         out = out.join(part, on=["provider", "model"], how="left")
-    return out.select(list(LLM_SIGNALS_SCHEMA)).cast(LLM_SIGNALS_SCHEMA)  # type: ignore[arg-type]
+    return out.select(list(LLM_SIGNALS_SCHEMA)).cast(pl.Schema(LLM_SIGNALS_SCHEMA))

@@ -133,7 +133,7 @@ def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:
         ((pl.col("started_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("queue_wait_s"),
         ((pl.col("ended_ns") - pl.col("started_ns")).clip(lower_bound=0) / 1e9).alias("processing_s"),
         ((pl.col("ended_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("enqueue_to_ready_s"),
-    ).cast(JOBS_SCHEMA)  # type: ignore[arg-type]
+    ).cast(pl.Schema(JOBS_SCHEMA))
 
 
 def cold_path_summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:

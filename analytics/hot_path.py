@@ -198,4 +198,4 @@ def latency_good_total(
     schema = {"service": pl.String, "operation": pl.String, "good": pl.Int64, "total": pl.Int64}
     if frame.is_empty():
         return empty(schema)
-    return frame.cast(schema)  # type: ignore[arg-type]
+    return frame.cast(pl.Schema(schema))

@@ -103,7 +103,7 @@ def fetch_workflow_spans(store: Store, windows: Windows, conventions: Convention
     frame = normalize(store.query_polars(workflow_spans_sql(store.table(TRACES_TABLE)), params))
     if frame.is_empty():
         return empty(WORKFLOW_SPANS_SCHEMA)
-    return frame.cast(WORKFLOW_SPANS_SCHEMA).select(list(WORKFLOW_SPANS_SCHEMA))  # type: ignore[arg-type]
+    return frame.cast(pl.Schema(WORKFLOW_SPANS_SCHEMA)).select(list(WORKFLOW_SPANS_SCHEMA))
 
 
 def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:

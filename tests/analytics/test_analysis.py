@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
+from click.testing import CliRunner
 
 from analytics import Analysis, AnalysisError, Conventions, analyze, latency_good_total
 from collectors.spans import SpanRow, insert_spans
 from collectors.store import Store, open_store
+from tailwatch.cli import main
 from tailwatch.schema import ensure_all
 from tests.analytics.builders import (
     MS,
@@ -359,13 +361,14 @@ def test_cli_json_and_table(store_dsn: str) -> None:
     )  # fmt: skip
     assert table.returncode == 0, table.stderr
     assert "verdict=internal" in table.stdout and "HOT PATH" in table.stdout
-    bad = subprocess.run(
-        [*base, "--start", "yesterday", "--end", "x"], capture_output=True, text=True, timeout=60
+    # Argument errors are reported before any store is opened: run them in-process.
+    runner = CliRunner()
+    bad = runner.invoke(main, ["analyze", "--store", store_dsn, "--start", "yesterday", "--end", "x"])
+    assert bad.exit_code == 2 and "ISO 8601" in bad.output
+    half = runner.invoke(
+        main, ["analyze", "--store", store_dsn, *window, "--baseline-start", "2026-11-02T08:00:00Z"]
     )
-    assert bad.returncode == 2 and "ISO 8601" in bad.stderr
-    half = subprocess.run([*base, *window, "--baseline-start", "2026-11-02T08:00:00Z"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    assert half.returncode == 2 and "tailwatch: error: give both" in half.stderr
+    assert half.exit_code == 2 and "tailwatch: error: give both" in half.output
 
 
 def test_series_buckets_cover_the_window(store: Store) -> None:

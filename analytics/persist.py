@@ -1,0 +1,146 @@
+"""Persist analysis runs so rules, dashboards and the API read history instead of recomputing.
+
+A run is one row of ``tailwatch_analysis_runs`` (window, conventions, the JSON result), every frame
+as Arrow IPC bytes in ``tailwatch_analysis_frames`` (the exact, typed frames :func:`load_analysis`
+rebuilds), and the summary frames as typed rows of ``tailwatch_analysis_<frame>`` for SQL over
+history, e.g.::
+
+    SELECT window_end, p99_ms FROM tailwatch_analysis_hot_path
+    WHERE service = 'chat-api' AND operation = 'POST /chat' ORDER BY window_end
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from analytics._common import utc
+from analytics.analysis import FRAME_SCHEMAS, Analysis
+from analytics.conventions import Conventions
+from analytics.schema import FRAMES_TABLE, HISTORY_FRAMES, MIGRATIONS, RUNS_TABLE, history_table
+from collectors.schema import apply_schema
+from collectors.store import Store
+
+__all__ = ["latest_analysis", "load_analysis", "persist_analysis", "runs"]
+
+
+def persist_analysis(store: Store, analysis: Analysis, conventions: Conventions | None = None) -> str:
+    """Write one run; returns its run id."""
+    apply_schema(store, MIGRATIONS)
+    run_id = uuid.uuid4().hex
+    created = datetime.now(UTC)
+    frames = analysis.frame_bytes()
+    store.insert_arrow(
+        store.table(FRAMES_TABLE),
+        pa.table(
+            {
+                "run_id": pa.array([run_id] * len(frames), pa.string()),
+                "frame": pa.array(list(frames), pa.string()),
+                "ipc": pa.array(list(frames.values()), pa.binary()),
+            }
+        ),
+    )
+    for name in HISTORY_FRAMES:
+        frame = getattr(analysis, name)
+        if frame.is_empty():
+            continue
+        typed = frame.select(list(FRAME_SCHEMAS[name])).with_columns(
+            pl.lit(run_id).alias("run_id"),
+            pl.lit(created).cast(pl.Datetime("ms", "UTC")).alias("created_at"),
+            pl.lit(analysis.start).cast(pl.Datetime("ns", "UTC")).alias("window_start"),
+            pl.lit(analysis.end).cast(pl.Datetime("ns", "UTC")).alias("window_end"),
+        )
+        store.insert_arrow(store.table(history_table(name)), typed.to_arrow())
+    # The run row goes last: a run is visible to readers only once its frames are in.
+    store.insert_arrow(
+        store.table(RUNS_TABLE),
+        pa.table(
+            {
+                "run_id": [run_id],
+                "created_at": pa.array([created], pa.timestamp("ms", tz="UTC")),
+                "start": pa.array([analysis.start], pa.timestamp("ns", tz="UTC")),
+                "end": pa.array([analysis.end], pa.timestamp("ns", tz="UTC")),
+                "baseline_start": pa.array([analysis.baseline_start], pa.timestamp("ns", tz="UTC")),
+                "baseline_end": pa.array([analysis.baseline_end], pa.timestamp("ns", tz="UTC")),
+                "bucket_ms": pa.array([analysis.bucket_ms], pa.uint32()),
+                "conventions": [json.dumps((conventions or Conventions()).to_dict())],
+                "result": [analysis.to_json()],
+            }
+        ),
+    )
+    return run_id
+
+
+def _load(store: Store, where: str, params: dict[str, Any]) -> Analysis | None:
+    if not store.table_exists(RUNS_TABLE):
+        return None
+    rows = store.query_rows(
+        f"SELECT run_id, start, end, baseline_start, baseline_end, bucket_ms FROM {store.table(RUNS_TABLE)} "
+        f"WHERE {where} ORDER BY created_at DESC, run_id DESC LIMIT 1",
+        params,
+    )
+    if not rows:
+        return None
+    run_id, start, end, baseline_start, baseline_end, bucket_ms = rows[0]
+    blobs = store.query_arrow(
+        f"SELECT frame, ipc FROM {store.table(FRAMES_TABLE)} WHERE run_id = {{run_id:String}}",
+        {"run_id": run_id},
+        settings={"output_format_arrow_string_as_string": 0},
+    )
+    # Binary Arrow output keeps the IPC bytes intact; names then arrive as bytes too.
+    frames = {
+        (name.decode() if isinstance(name, bytes) else str(name)): bytes(blob)
+        for name, blob in zip(blobs.column("frame").to_pylist(), blobs.column("ipc").to_pylist(), strict=True)
+    }
+
+    def _utc(value: datetime) -> datetime:
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    return Analysis.from_frame_bytes(
+        {
+            "start": _utc(start),
+            "end": _utc(end),
+            "baseline_start": _utc(baseline_start),
+            "baseline_end": _utc(baseline_end),
+        },
+        frames,
+        bucket_ms=int(bucket_ms),
+        run_id=str(run_id),
+    )
+
+
+def load_analysis(store: Store, start: datetime, end: datetime) -> Analysis | None:
+    """The latest persisted run over exactly [start, end), or ``None``."""
+    return _load(
+        store,
+        "start = {s:DateTime64(9)} AND end = {e:DateTime64(9)}",
+        {"s": utc(start, "start"), "e": utc(end, "end")},
+    )
+
+
+def latest_analysis(store: Store) -> Analysis | None:
+    """The most recently persisted run, or ``None``."""
+    return _load(store, "1", {})
+
+
+def runs(store: Store, limit: int = 100) -> pl.DataFrame:
+    """Persisted runs, newest first: run_id, created_at and the windows."""
+    schema: dict[str, Any] = {
+        "run_id": pl.String,
+        "created_at": pl.Datetime("ms", "UTC"),
+        "start": pl.Datetime("ns", "UTC"),
+        "end": pl.Datetime("ns", "UTC"),
+    }
+    if not store.table_exists(RUNS_TABLE):
+        return pl.DataFrame(schema=schema)
+    frame = store.query_polars(
+        f"SELECT run_id, created_at, start, end FROM {store.table(RUNS_TABLE)} "
+        "ORDER BY created_at DESC LIMIT {limit:UInt32}",
+        {"limit": limit},
+    )
+    return frame.cast(pl.Schema(schema))

@@ -1,0 +1,103 @@
+"""Persisted runs round-trip exactly; minute rollups give long-window percentiles within 1%."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from analytics import (
+    analyze,
+    build_rollups,
+    latest_analysis,
+    load_analysis,
+    persist_analysis,
+    runs,
+)
+from analytics.rollups import coverage, rollup_percentiles
+from collectors.spans import SpanRow, insert_spans
+from collectors.store import Store
+from tests.analytics.builders import at, dt, hot_request, scenario_cold_queues, scenario_llm_regression
+
+
+def test_persist_and_load_round_trip(store: Store) -> None:
+    assert latest_analysis(store) is None
+    scenario = scenario_llm_regression()
+    insert_spans(store, scenario.spans)
+    insert_spans(store, scenario_cold_queues().spans)
+    first = analyze(store, scenario.start, scenario.end)
+    run_a = persist_analysis(store, first)
+    second = analyze(store, scenario.baseline_start, scenario.baseline_end)
+    run_b = persist_analysis(store, second)
+    loaded = load_analysis(store, scenario.start, scenario.end)
+    assert loaded is not None and loaded.run_id == run_a
+    for name, frame in first.frames.items():
+        assert_frame_equal(frame, loaded.frames[name])
+    assert loaded.to_dict() == first.to_dict()
+    latest = latest_analysis(store)
+    assert latest is not None and latest.run_id == run_b
+    assert load_analysis(store, dt(at(1)), scenario.end) is None
+    assert runs(store)["run_id"].to_list() == [run_b, run_a]
+    # History is queryable in SQL, one typed row per run and operation.
+    history = store.query_rows(
+        "SELECT run_id, verdict, round(delta_ms) > 1000 FROM tailwatch_analysis_attribution "
+        "WHERE service = {s:String} ORDER BY window_end",
+        {"s": "chat-api"},
+    )
+    assert [(r[0], r[1]) for r in history] == [(run_b, "none"), (run_a, "llm")]
+    cold = store.query_rows("SELECT queue, starved FROM tailwatch_analysis_cold_path ORDER BY queue")
+    assert cold == [("doc-summaries", True), ("emails", False)]
+
+
+def test_rollups_30_day_p99_within_1_percent_and_uncovered_parts_from_raw(store: Store) -> None:
+    rng = np.random.default_rng(1)
+    n = 30 * 24 * 12  # one request every 5 minutes for 30 days
+    durations = rng.lognormal(5.5, 0.8, n)
+    spans: list[SpanRow] = []
+    for i, ms in enumerate(durations):
+        spans += hot_request("api", "GET /r", at(i * 300.0 + 7), float(ms), version=f"1.{i // 2000}.0")
+    insert_spans(store, spans)
+    insert_spans(store, spans[:900])  # duplicates are counted once, in rollups as in raw reads
+    start, end = dt(at(0)), dt(at(30 * 86400))
+    exact = analyze(store, start, end).hot_path.row(0, named=True)  # no rollups yet: exact
+    assert exact["p99_ms"] == pytest.approx(float(np.quantile(durations, 0.99)))
+
+    # Rollups cover the first 20 days only: the rest must come from raw spans.
+    rows = build_rollups(store, until=dt(at(20 * 86400)))
+    assert rows == 20 * 24 * 12
+    assert coverage(store) == (dt(at(0)), dt(at(20 * 86400)))
+    assert build_rollups(store, until=dt(at(20 * 86400))) == 0  # nothing new: idempotent
+    mixed = analyze(store, start, end).hot_path.row(0, named=True)
+    assert mixed["requests"] == n
+    for name in ("p50_ms", "p95_ms", "p99_ms"):
+        assert mixed[name] == pytest.approx(exact[name], rel=0.01), name
+    assert mixed["p99_ms"] != exact["p99_ms"]  # it really came from the histograms
+
+    # The job catches up; a short window stays exact.
+    assert build_rollups(store, until=dt(at(31 * 86400))) == 10 * 24 * 12
+    full = analyze(store, start, end).hot_path.row(0, named=True)
+    assert full["requests"] == n and full["p99_ms"] == pytest.approx(exact["p99_ms"], rel=0.01)
+    short = analyze(store, dt(at(0)), dt(at(86400))).hot_path.row(0, named=True)
+    assert short["p99_ms"] == pytest.approx(float(np.quantile(durations[:288], 0.99)))
+
+
+def test_rollup_histograms_merge_exactly() -> None:
+    from analytics.rollups import new_histogram
+
+    values = [float(v) for v in range(1, 2001)]  # ms
+    one = rollup_percentiles([], values)
+    halves = []
+    for part in (values[:1000], values[1000:]):
+        h = new_histogram()
+        for v in part:
+            h.record_value(int(v * 1000))
+        halves.append(h.encode().decode())
+    merged = rollup_percentiles(halves, [])
+    assert merged == one
+    assert merged["requests"] == 2000
+    assert merged["p99_ms"] == pytest.approx(1980.0, rel=0.001)
+    assert rollup_percentiles([], []) == {
+        "requests": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "p999_ms": None,
+    }  # fmt: skip
+    assert pl.DataFrame([merged]).height == 1
