@@ -92,6 +92,14 @@ class EvaluationResult:
     def firing(self) -> list[AlertState]:
         return [a for a in self.alerts if a.state == "firing"]
 
+    def __str__(self) -> str:
+        text = (
+            f"{len(self.firing)} firing, {len(self.alerts) - len(self.firing)} pending; "
+            f"{len(self.fired)} fired, {len(self.resolved)} resolved, {len(self.repeated)} repeated; "
+            f"{self.enqueued} notifications enqueued; {self.analyses_run} analyses"
+        )
+        return text + (f"; {len(self.errors)} rule errors" if self.errors else "")
+
 
 def burn_rate(good: float, total: float, target: float) -> float:
     """How fast the error budget burns: (bad / total) / (1 − target); 0 without traffic."""
@@ -711,7 +719,8 @@ def evaluate_with(
             else:
                 items.append((config, notification))
     # Outbox first, then state: a crash in between re-derives the same transition (same id) next time.
-    result.enqueued = enqueue(store, items, now=at)
+    # Rows are stamped with the wall clock, not ``at``: their age (for giving up) is real time.
+    result.enqueued = enqueue(store, items)
     write_states(store, new_states)
     write_events(
         store,

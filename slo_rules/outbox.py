@@ -95,6 +95,12 @@ class DeliveryReport:
     def ok(self) -> bool:
         return not self.undelivered
 
+    def __str__(self) -> str:
+        return (
+            f"{self.attempted} attempted, {self.delivered} delivered, {self.retrying} to retry, "
+            f"{self.dead} dead, {len(self.undelivered)} undelivered"
+        )
+
 
 def _utc(value: datetime) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -319,7 +320,10 @@ class _RuleFile(_Model):
     route: Route | None = None
 
 
-_RULE_FILE = TypeAdapter(_RuleFile)
+@functools.cache
+def _rule_file_adapter() -> TypeAdapter[_RuleFile]:
+    # Built on first use: compiling the validators costs a noticeable part of a second at import.
+    return TypeAdapter(_RuleFile)
 
 
 @dataclass(frozen=True)
@@ -498,7 +502,7 @@ def _check_text(text: str, file: str) -> tuple[_RuleFile | None, list[RuleProble
         problems.append(RuleProblem(file, 1, "missing 'rules:' (a list of rules)"))
         return None, problems
     try:
-        parsed = _RULE_FILE.validate_python(data)
+        parsed = _rule_file_adapter().validate_python(data)
     except ValidationError as exc:
         for err in exc.errors():
             loc = tuple(err["loc"])

@@ -9,6 +9,7 @@ import click
 
 from collectors.errors import TailwatchError
 from tailwatch import __version__
+from tailwatch.commands import alerts as alerts_commands
 from tailwatch.commands import analyze as analyze_commands
 from tailwatch.commands import collect as collect_commands
 from tailwatch.commands import generate as generate_commands
@@ -43,6 +44,7 @@ def main() -> None:
 
 main.add_command(schema_commands.schema)
 main.add_command(rules_commands.rules)
+main.add_command(alerts_commands.alerts)
 main.add_command(analyze_commands.analyze)
 main.add_command(collect_commands.collect)
 main.add_command(ingest_commands.ingest)
