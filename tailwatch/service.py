@@ -40,6 +40,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from analytics import Conventions
 from collectors import IngestPipeline, PipelineSettings, Receivers
 from collectors.errors import TailwatchError
 from collectors.store import Store, open_store, parse_dsn
@@ -439,28 +440,30 @@ def recent_job_runs(store: Store, limit: int = 100) -> list[dict[str, Any]]:
 
 
 def _rollup(ctx: JobContext) -> object:
-    return f"{_stage('analytics').build_rollups(ctx.store, until=ctx.now)} rollup rows written"
+    from analytics import build_rollups
+
+    # No explicit `until`: the analytics' own settle delay leaves the newest minute to late spans.
+    written = build_rollups(ctx.store, conventions=_conventions(ctx.config))
+    return f"{written} rollup rows written"
 
 
 def _analyze(ctx: JobContext) -> object:
-    analytics = _stage("analytics")
+    from analytics import analyze, persist_analysis
+
     analysis_cfg = ctx.config.analysis
+    conventions = _conventions(ctx.config)
     start = ctx.now - timedelta(seconds=analysis_cfg.window)
     baseline_start = baseline_end = None
     if analysis_cfg.baseline:
         baseline_end = start
         baseline_start = start - timedelta(seconds=analysis_cfg.baseline)
-    analysis = analytics.analyze(
-        ctx.store, start, ctx.now, baseline_start, baseline_end, conventions=_conventions(ctx.config)
-    )
-    return f"analysis run {analytics.persist_analysis(ctx.store, analysis)}"
+    analysis = analyze(ctx.store, start, ctx.now, baseline_start, baseline_end, conventions=conventions)
+    return f"analysis run {persist_analysis(ctx.store, analysis, conventions)}"
 
 
-def _conventions(config: TailwatchConfig) -> Any:
+def _conventions(config: TailwatchConfig) -> Conventions | None:
     if not config.analysis.conventions:
         return None
-    from analytics import Conventions
-
     return Conventions(**config.analysis.conventions)
 
 
