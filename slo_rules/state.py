@@ -271,8 +271,46 @@ _LIST_COLUMNS = (
 )
 
 
+_LIST_SCHEMA: dict[str, Any] = {
+    "fingerprint": pl.String,
+    "alertname": pl.String,
+    "severity": pl.String,
+    "state": pl.String,
+    "service": pl.String,
+    "operation": pl.String,
+    "queue": pl.String,
+    "workflow": pl.String,
+    "path": pl.String,
+    "cause": pl.String,
+    "summary": pl.String,
+    "labels": pl.String,
+    "annotations": pl.String,
+    "starts_at": pl.Datetime("ms", "UTC"),
+    "ends_at": pl.Datetime("ms", "UTC"),
+    "updated_at": pl.Datetime("ms", "UTC"),
+}
+_HISTORY_SCHEMA: dict[str, Any] = {
+    "fingerprint": pl.String,
+    "alertname": pl.String,
+    "status": pl.String,
+    "at": pl.Datetime("ms", "UTC"),
+    "cause": pl.String,
+    "service": pl.String,
+    "operation": pl.String,
+    "summary": pl.String,
+    "severity": pl.String,
+    "queue": pl.String,
+    "workflow": pl.String,
+    "path": pl.String,
+}
+
+
 def list_alerts(store: Store, *, include_resolved_since: datetime | None = None) -> pl.DataFrame:
     """Pending and firing alerts, plus those resolved since the given time; firing first, newest first."""
+    if not store.table_exists(ALERT_STATE_TABLE):
+        # A store that never evaluated a rule has no alerts (and readers such as the dashboards
+        # must not fail on it).
+        return pl.DataFrame(schema=_LIST_SCHEMA)
     # Without a cutoff no resolved alert qualifies (ends_at is never in year 2299).
     since = include_resolved_since or datetime(2299, 1, 1, tzinfo=UTC)
     sql = (
@@ -286,6 +324,8 @@ def list_alerts(store: Store, *, include_resolved_since: datetime | None = None)
 
 def alert_history(store: Store, start: datetime, end: datetime) -> pl.DataFrame:
     """Firing and resolved transitions in ``[start, end)``, oldest first (the dashboard timeline)."""
+    if not store.table_exists(ALERT_EVENTS_TABLE):
+        return pl.DataFrame(schema=_HISTORY_SCHEMA)
     sql = (
         "SELECT fingerprint, alertname, status, at, cause, service, operation, summary, severity, queue, "
         f"workflow, path FROM {store.table(ALERT_EVENTS_TABLE)} FINAL "

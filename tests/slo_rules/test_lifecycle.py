@@ -229,3 +229,16 @@ def test_fingerprint_is_order_independent() -> None:
     a = fingerprint({"alertname": "x", "service": "s"})
     assert a == fingerprint({"service": "s", "alertname": "x"}) and len(a) == 16
     assert a != fingerprint({"alertname": "x", "service": "t"})
+
+
+def test_readers_on_a_store_without_alert_tables(raw_store: Store) -> None:
+    from slo_rules import alert_history
+
+    assert list_alerts(raw_store).is_empty()
+    assert "cause" in list_alerts(raw_store).columns
+    assert alert_history(raw_store, T, T + timedelta(days=1)).columns[:4] == [
+        "fingerprint",
+        "alertname",
+        "status",
+        "at",
+    ]
