@@ -253,3 +253,66 @@ def test_pagerduty_sees_trigger_then_resolve_with_one_dedup_key(
     assert bodies[0]["alerts"][0]["annotations"]["cause"] == "llm"
     assert bodies[1]["alerts"][0]["endsAt"] != "0001-01-01T00:00:00Z"
     assert bodies[0]["alerts"][0]["fingerprint"] == bodies[1]["alerts"][0]["fingerprint"]
+
+
+def test_latency_slo_pages_from_the_fast_tier_with_attribution(store: Store) -> None:
+    # The LLM regression's current hour: 2% of requests take ~2 s, none did in the hour before.
+    # Against 99.9% under 1.5 s that is a 20× burn: at +1h55m the 1h/5m tier burns ≥ 14.4× in both
+    # windows (8 slow of ~400 in the hour, 1 of 35 in the last 5 minutes); 6h, 1d and 3d also
+    # qualify and are suppressed behind it.
+    sc = b.scenario_llm_regression()
+    insert_spans(store, sc.spans)
+    rules = rules_from_text(
+        """
+rules:
+  - name: chat-slo
+    kind: latency_slo
+    service: chat-api
+    operation: "POST /chat"
+    threshold_ms: 1500
+    target: 0.999
+    window: 30d
+"""
+    )
+    at = b.dt(b.at(3600 + 3100))
+    result = evaluate(store, rules, at, dashboard_url=DASH)
+    (alert,) = result.fired
+    assert alert.labels == {
+        "alertname": "chat-slo",
+        "severity": "page",
+        "service": "chat-api",
+        "operation": "POST /chat",
+        "path": "hot",
+        "slo_window": "1h",
+    }
+    notes = alert.annotations
+    assert notes["slow_requests"] == "8/400"
+    assert float(notes["burn_rate_long"]) == pytest.approx(20.0)
+    assert notes["cause"] == "llm"
+    assert notes["summary"].startswith("POST /chat (chat-api): error budget burning 20.0× over 1h and ")
+    assert "of the increase is in LLM spans (openai gpt-4o)" in notes["summary"]
+    assert [a.labels["slo_window"] for a in result.alerts] == ["1h"]
+
+
+def test_p99_regression_against_the_previous_release(store: Store) -> None:
+    sc = b.scenario_release_coupling()
+    insert_spans(store, sc.spans)
+    rules = rules_from_text(
+        """
+rules:
+  - name: release-p99
+    kind: p99_regression
+    window: 1d
+    baseline: previous_release
+    min_increase: {relative: 0.3, absolute_ms: 300}
+    min_requests: 100
+"""
+    )
+    # 16 h in: the latest release in the day before is 1.2.0 (at +12 h), which added the LLM call.
+    result = evaluate(store, rules, b.dt(b.at(16 * 3600)), dashboard_url=DASH)
+    (alert,) = result.fired
+    assert alert.annotations["baseline"] == "previous_release" and alert.annotations["cause"] == "llm"
+    assert float(alert.annotations["delta_ms"]) > 300
+    # At the end of the day the latest release (1.3.0) changed nothing: the alert resolves.
+    later = evaluate(store, rules, sc.end, dashboard_url=DASH)
+    assert [a.fingerprint for a in later.resolved] == [alert.fingerprint] and later.fired == []
