@@ -146,8 +146,9 @@ class _Context:
     ) -> dict[str, str]:
         try:
             analysis = self.source.analysis(start, end, *(baseline or (None, None)))
-        except TailwatchError as exc:
-            return {"cause": "none", "attribution_error": str(exc)}
+        except Exception as exc:
+            log.warning("attribution of %s %s failed: %s", service, operation, exc)
+            return {"cause": "none", "attribution_error": f"{type(exc).__name__}: {exc}"}
         return attribution_annotations(analysis, service, operation)
 
 
@@ -657,6 +658,11 @@ def evaluate_with(
             failed.add(rule.name)
             result.errors.append(f"rule {rule.name}: {exc}")
             log.warning("rule %s could not be evaluated: %s", rule.name, exc)
+        except Exception as exc:
+            # A defect in one rule's data path must not stop every other rule (nor resolve its alerts).
+            failed.add(rule.name)
+            result.errors.append(f"rule {rule.name}: {type(exc).__name__}: {exc}")
+            log.exception("rule %s could not be evaluated", rule.name)
 
     new_states: list[AlertState] = []
     transitions: list[tuple[AlertState, Transition]] = []
@@ -675,8 +681,10 @@ def evaluate_with(
         if cand.active:
             try:
                 annotations = cand.annotations()
-            except TailwatchError as exc:
-                annotations = {"summary": f"{cand.rule.name}: {exc}", "cause": "none"}
+            except Exception as exc:
+                # The alert still fires (its condition holds); only the explanation is missing.
+                log.exception("annotations of %s could not be computed", cand.rule.name)
+                annotations = {"summary": f"{cand.rule.name}: {type(exc).__name__}: {exc}", "cause": "none"}
         state, transition = advance(
             prev,
             cand.active,

@@ -18,6 +18,7 @@ the newest row per (notifier, id).
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,13 +54,15 @@ _OUTBOX_SCHEMA = pa.schema(
 )
 
 _last_version = 0
+_version_lock = threading.Lock()
 
 
 def next_version() -> int:
     """A strictly increasing version (ns clock), so the newest insert always wins the merge."""
     global _last_version
-    _last_version = max(time.time_ns(), _last_version + 1)
-    return _last_version
+    with _version_lock:
+        _last_version = max(time.time_ns(), _last_version + 1)
+        return _last_version
 
 
 @dataclass(frozen=True)

@@ -242,3 +242,58 @@ def test_readers_on_a_store_without_alert_tables(raw_store: Store) -> None:
         "status",
         "at",
     ]
+
+
+def _two_operations(delta: float) -> dict[str, pl.DataFrame]:
+    frames = _attribution(delta)
+    return {
+        name: pl.concat([frame, frame.with_columns(pl.lit("POST /reply").alias("operation"))])
+        for name, frame in frames.items()
+    }
+
+
+def test_grouping_and_per_alert_pagerduty_events(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    from slo_rules import PagerDutyConfig
+
+    monkeypatch.setenv("TW_KEY", "k")
+    rules = rules_from_text(REGRESSION.replace("    for: 10m\n", ""))
+    hook, pd = (
+        WebhookConfig("http://127.0.0.1:9/a"),
+        PagerDutyConfig("TW_KEY", url="http://127.0.0.1:9/v2/enqueue"),
+    )
+    source = SyntheticSource(rate=1, bad=lambda m: 0.0, analysis_frames=_two_operations(900.0))
+    result = evaluate_with(store, rules, T, source, notifiers=[hook, pd])
+    assert len(result.fired) == 2 and result.enqueued == 3
+    (grouped,) = result.notifications
+    assert grouped.group_key == '{}:{alertname="p99"}' and len(grouped.alerts) == 2
+    assert grouped.common_labels == {
+        "alertname": "p99",
+        "path": "hot",
+        "service": "chat-api",
+        "severity": "ticket",
+    }
+    rows = outbox_rows(store)
+    assert sorted(r.notifier for r in rows) == ["pagerduty", "pagerduty", "webhook"]
+    assert len({r.id for r in rows}) == 3
+
+
+class _Broken(SyntheticSource):
+    def analysis(
+        self, start: datetime, end: datetime, bs: datetime | None = None, be: datetime | None = None
+    ) -> Any:
+        raise RuntimeError("analysis exploded")
+
+
+def test_a_failing_rule_keeps_its_alerts_and_spares_the_others(store: Store) -> None:
+    rules = rules_from_text(REGRESSION.replace("    for: 10m\n", "") + SLO.replace("rules:\n", ""))
+    healthy = SyntheticSource(rate=100, bad=lambda m: 0.0, analysis_frames=_attribution(900.0))
+    assert [a.alertname for a in evaluate_with(store, rules, T, healthy).fired] == ["p99"]
+    broken = _Broken(rate=100, bad=lambda m: 0.02)
+    result = evaluate_with(store, rules, T + timedelta(hours=1, minutes=30), broken)
+    assert result.errors == ["rule p99: RuntimeError: analysis exploded"]
+    assert result.resolved == []  # the p99 alert is not resolved by an outage of its data
+    # The SLO rule still ran (it reads good/total): its 1h tier fires, explained as far as possible.
+    (slo,) = result.fired
+    assert slo.labels["slo_window"] == "1h" and slo.annotations["cause"] == "none"
+    assert "analysis exploded" in slo.annotations["attribution_error"]
+    assert {a.alertname for a in result.firing} == {"p99", "chat-slo"}
