@@ -12,6 +12,7 @@ from typing import Any
 import click
 import polars as pl
 
+from collectors.errors import StoreInUseError
 from collectors.store import open_store
 from slo_rules import NotifierConfig, WebhookConfig, deliver, evaluate, list_alerts, load_rules
 from slo_rules.outbox import DeliveryReport
@@ -157,7 +158,14 @@ def list_command(store_dsn: str | None, since: str, fmt: str) -> None:
 
 
 def _list(store_dsn: str | None, cutoff: datetime) -> pl.DataFrame:
-    with open_store(store_dsn) as store:
+    try:
+        opened = open_store(store_dsn)
+    except StoreInUseError as exc:
+        # A running `tailwatch serve` owns the embedded store: ask its API for the same frame.
+        from tailwatch import remote
+
+        return remote.for_store(store_dsn, exc).list_alerts(cutoff)
+    with opened as store:
         return list_alerts(store, include_resolved_since=cutoff)
 
 
