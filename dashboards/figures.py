@@ -245,7 +245,12 @@ def hot_path_figure(analysis: AnalysisFrames) -> go.Figure:
             col=1,
             secondary_y=True,
         )
-        releases = _of(analysis.releases, service, operation).sort("released_at")
+        # A version first seen before the window (still running in it) is not a release *in* it.
+        releases = (
+            _of(analysis.releases, service, operation)
+            .filter((pl.col("released_at") >= analysis.start) & (pl.col("released_at") <= analysis.end))
+            .sort("released_at")
+        )
         if releases.height:
             _release_markers(fig, row, releases)
         fig.update_yaxes(title_text="latency (ms)", rangemode="tozero", row=row, col=1, secondary_y=False)
@@ -259,7 +264,7 @@ def hot_path_figure(analysis: AnalysisFrames) -> go.Figure:
             col=1,
             secondary_y=True,
         )
-    fig.update_xaxes(type="date")
+    fig.update_xaxes(type="date", range=[naive_utc(analysis.start), naive_utc(analysis.end)])
     fig.update_xaxes(title_text="time (UTC)", row=len(ops), col=1)
     extra = _left_out(len(ops), len(ops_all), "operations")
     fig.update_layout(
@@ -619,7 +624,7 @@ def retries_figure(analysis: AnalysisFrames) -> go.Figure:
         cols=2,
         subplot_titles=[
             "Retry rate per hop",
-            "Cumulative amplification across hops: model ∏(1+r) vs observed",
+            "Cumulative amplification across hops: model ∏(1+r) dashed, observed ◆",
             "Attempts: observed vs the compounding model",
             "Token amplification (tokens over all attempts / final attempts)",
         ],
@@ -1038,6 +1043,7 @@ def alerts_figure(analysis: AnalysisFrames, alerts: pl.DataFrame | None) -> go.F
             mode="markers",
             name="resolved",
             marker={"color": style.ALERT_RESOLVED, "size": 12, "symbol": "square"},
+            cliponaxis=False,
             customdata=resolved["custom"],
             hovertemplate="<b>resolved</b> " + hover + "<extra></extra>",
         )

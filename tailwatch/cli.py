@@ -12,6 +12,7 @@ from tailwatch import __version__
 from tailwatch.commands import alerts as alerts_commands
 from tailwatch.commands import analyze as analyze_commands
 from tailwatch.commands import collect as collect_commands
+from tailwatch.commands import dashboard as dashboard_commands
 from tailwatch.commands import generate as generate_commands
 from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import config as config_commands
@@ -51,3 +52,4 @@ main.add_command(ingest_commands.ingest)
 main.add_command(serve_commands.serve)
 main.add_command(config_commands.config)
 main.add_command(generate_commands.generate)
+main.add_command(dashboard_commands.dashboard)

@@ -1,0 +1,383 @@
+"""Write the dashboards to a directory: one self-contained HTML page per view, an index, PNGs on request.
+
+Every page embeds plotly.js inline, so a page opened from disk, mailed, or attached to an incident
+renders with no network at all (no CDN, no MathJax). PNGs go through kaleido, which drives the
+system's Chromium; it is only needed when PNGs are asked for.
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+
+import plotly.graph_objects as go
+import polars as pl
+
+from collectors.errors import TailwatchError
+from dashboards import style
+from dashboards._analysis import AnalysisFrames
+from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
+
+if TYPE_CHECKING:
+    from collectors.store import Store
+
+__all__ = [
+    "BROWSER_ENV",
+    "DEFAULT_WINDOW",
+    "DashboardError",
+    "ExportFormat",
+    "ExportReport",
+    "PngExportError",
+    "export_dashboards",
+    "find_browser",
+    "write_dashboards",
+]
+
+_log = logging.getLogger(__name__)
+
+ExportFormat = Literal["html", "png"]
+EXPORT_FORMATS: Final[tuple[ExportFormat, ...]] = get_args(ExportFormat)
+DEFAULT_WINDOW: Final = timedelta(hours=24)
+# kaleido (through choreographer) reads the browser from this variable; tailwatch honours it too.
+BROWSER_ENV: Final = "BROWSER_PATH"
+_BROWSER_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+PNG_WIDTH: Final = 1400
+ALERT_END_SLACK: Final = timedelta(milliseconds=1)  # alert times are DateTime64(3)
+
+VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
+    "hot_path": "p50/p95/p99 per operation over time, every release marked, sync LLM calls per request.",
+    "cold_path": "Enqueue-to-ready p50/p99 per queue, its distribution, queue wait vs processing, backlog.",
+    "abandonment": "Share of abandoned requests per 500 ms of latency, 95% intervals, the cliff and p99.",
+    "retries": "Retry rate per hop, compounding amplification vs observed, token amplification.",
+    "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
+    "alerts": "Alerts firing and resolved in the window, with their cause.",
+}
+
+
+class DashboardError(TailwatchError):
+    """The dashboards could not be exported (bad option, unwritable directory)."""
+
+
+class PngExportError(DashboardError):
+    """PNG export needs a Chromium that kaleido can find and launch."""
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What an export wrote. ``computed`` is true when the analysis was run (and persisted) for it."""
+
+    files: list[Path]
+    analysis_run_id: str | None
+    start: datetime | None = None
+    end: datetime | None = None
+    computed: bool = False
+    alerts: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+def check_formats(formats: Sequence[str]) -> tuple[ExportFormat, ...]:
+    """The requested formats, validated; an unknown one names the allowed values."""
+    if isinstance(formats, str):
+        formats = (formats,)
+    chosen: list[ExportFormat] = []
+    for value in formats:
+        if value not in EXPORT_FORMATS:
+            raise DashboardError(f"unknown dashboard format {value!r}; allowed: {', '.join(EXPORT_FORMATS)}")
+        if value not in chosen:
+            chosen.append(value)
+    if not chosen:
+        raise DashboardError(f"no dashboard format given; allowed: {', '.join(EXPORT_FORMATS)}")
+    return tuple(chosen)
+
+
+def export_dashboards(
+    store: Store,
+    out_dir: Path,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    formats: Sequence[ExportFormat] = ("html",),
+    conventions: Any = None,
+) -> ExportReport:
+    """Export every view for a window, computing and persisting the analysis when none covers it.
+
+    Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
+    end); with neither, the latest persisted analysis, else the last 24 hours.
+    """
+    chosen = check_formats(formats)
+    analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
+    alerts, notes = _alert_history(store, analysis.start, analysis.end)
+    files = write_dashboards(
+        analysis, Path(out_dir), alerts=alerts, formats=chosen, run_id=run_id, notes=notes
+    )
+    return ExportReport(
+        files=files,
+        analysis_run_id=run_id,
+        start=analysis.start,
+        end=analysis.end,
+        computed=computed,
+        alerts=0 if alerts is None else alerts.height,
+        notes=notes,
+    )
+
+
+def _utc(value: datetime, name: str) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def _resolve_analysis(
+    store: Store, start: datetime | None, end: datetime | None, conventions: Any
+) -> tuple[AnalysisFrames, str | None, bool]:
+    import analytics
+
+    if start is None and end is None:
+        latest = analytics.latest_analysis(store)
+        if latest is not None:
+            return latest, _run_id(latest), False
+        end = datetime.now(UTC)
+    if end is None:
+        end = datetime.now(UTC)
+    end = _utc(end, "end")
+    start = end - DEFAULT_WINDOW if start is None else _utc(start, "start")
+    if start >= end:
+        raise DashboardError(
+            f"dashboard window is empty: start {start.isoformat()} is not before end {end.isoformat()}"
+        )
+    loaded = analytics.load_analysis(store, start, end)
+    if loaded is not None:
+        return loaded, _run_id(loaded), False
+    computed = analytics.analyze(store, start, end, conventions=conventions)
+    run_id = analytics.persist_analysis(store, computed)
+    return computed, run_id, True
+
+
+def _run_id(analysis: Any) -> str | None:
+    value = getattr(analysis, "run_id", None)
+    return None if value is None else str(value)
+
+
+def _alert_history(store: Store, start: datetime, end: datetime) -> tuple[pl.DataFrame | None, list[str]]:
+    """Alert transitions in the window; a store without alerting yet draws the "no alerts" timeline."""
+    try:
+        from slo_rules import alert_history
+    except ImportError:
+        return None, ["alert history unavailable: slo_rules is not installed"]
+    try:
+        # Rules are evaluated *at* the end of a window (the scheduler's tick, the demo's simulated
+        # end): a transition stamped exactly at ``end`` belongs to this window's timeline.
+        return alert_history(store, start, end + ALERT_END_SLACK), []
+    except TailwatchError as exc:
+        # Dashboards of latency must not fail because the alert tables are missing or unreadable.
+        _log.warning("alert history unavailable: %s", exc)
+        return None, [f"alert history unavailable: {exc}"]
+
+
+def write_dashboards(
+    analysis: AnalysisFrames,
+    out_dir: Path,
+    *,
+    alerts: pl.DataFrame | None = None,
+    formats: Sequence[ExportFormat] = ("html",),
+    run_id: str | None = None,
+    notes: Sequence[str] = (),
+) -> list[Path]:
+    """Write the views of an analysis (already computed) to ``out_dir``; returns the files written."""
+    chosen = check_formats(formats)
+    figures = build_figures(analysis, alerts)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DashboardError(f"cannot create the dashboard directory {out_dir}: {exc.strerror}") from None
+    files: list[Path] = []
+    if "html" in chosen:
+        for view in VIEWS:
+            path = out_dir / f"{view}.html"
+            _write_text(path, _view_page(view, figures[view], analysis, run_id))
+            files.append(path)
+    if "png" in chosen:
+        files += write_pngs(figures, out_dir)
+    index = out_dir / "index.html"
+    _write_text(index, _index_page(analysis, chosen, run_id, alerts, notes))
+    files.append(index)
+    return files
+
+
+def _write_text(path: Path, text: str) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise DashboardError(f"cannot write {path}: {exc.strerror}") from None
+
+
+_PAGE_STYLE = """
+body { font-family: Helvetica, Arial, sans-serif; margin: 0 24px 24px; color: #222; }
+nav { padding: 12px 0; border-bottom: 1px solid #ddd; margin-bottom: 8px; font-size: 14px; }
+nav a { margin-right: 16px; color: #1d3557; text-decoration: none; }
+nav a.current { font-weight: bold; text-decoration: underline; }
+h1 { font-size: 20px; margin: 16px 0 4px; }
+p.meta { color: #666; font-size: 13px; margin: 0 0 12px; }
+ul.views li { margin: 10px 0; }
+ul.views .desc { color: #555; font-size: 14px; }
+.legend-llm { color: #8e44ad; font-weight: bold; } .legend-internal { color: #2a9d8f; font-weight: bold; }
+"""
+
+
+def _nav(current: str) -> str:
+    links = ['<a href="index.html"' + (' class="current"' if current == "index" else "") + ">Overview</a>"]
+    for view in VIEWS:
+        cls = ' class="current"' if view == current else ""
+        links.append(f'<a href="{view}.html"{cls}>{html.escape(VIEW_TITLES[view].split(":")[0])}</a>')
+    return "<nav>" + "".join(links) + "</nav>"
+
+
+def _meta(analysis: AnalysisFrames, run_id: str | None) -> str:
+    parts = [f"window {html.escape(style.fmt_window(analysis.start, analysis.end))}"]
+    parts.append(f"baseline {html.escape(style.fmt_window(analysis.baseline_start, analysis.baseline_end))}")
+    if run_id:
+        parts.append(f"analysis run {html.escape(run_id)}")
+    parts.append(f"generated {datetime.now(UTC).strftime('%Y-%m-%d %H:%M')} UTC")
+    return '<p class="meta">' + " · ".join(parts) + "</p>"
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n"
+        f"<style>{_PAGE_STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def _view_page(view: View, figure: go.Figure, analysis: AnalysisFrames, run_id: str | None) -> str:
+    # include_plotlyjs=True inlines plotly.js: the page needs no network. The figure JSON that
+    # plotly writes escapes <, > and / so no data can close the <script> element.
+    plot = figure.to_html(
+        full_html=False,
+        include_plotlyjs=True,
+        include_mathjax=False,
+        div_id=f"tailwatch-{view}",
+        config={"displaylogo": False, "responsive": True},
+        default_width="100%",
+    )
+    title = f"tailwatch · {VIEW_TITLES[view]}"
+    body = f"{_nav(view)}\n<h1>{html.escape(VIEW_TITLES[view])}</h1>\n{_meta(analysis, run_id)}\n{plot}"
+    return _page(title, body)
+
+
+def _index_page(
+    analysis: AnalysisFrames,
+    formats: Sequence[ExportFormat],
+    run_id: str | None,
+    alerts: pl.DataFrame | None,
+    notes: Sequence[str],
+) -> str:
+    items = []
+    for view in VIEWS:
+        links = []
+        if "html" in formats:
+            links.append(f'<a href="{view}.html">{html.escape(VIEW_TITLES[view])}</a>')
+        if "png" in formats:
+            links.append(
+                f'<a href="{view}.png">{"PNG" if links else html.escape(VIEW_TITLES[view]) + " (PNG)"}</a>'
+            )
+        headline = html.escape(_headline(view, analysis, alerts))
+        items.append(
+            f'<li>{" · ".join(links)}<br><span class="desc">{html.escape(VIEW_DESCRIPTIONS[view])}'
+            f"{' — ' + headline if headline else ''}</span></li>"
+        )
+    note_html = "".join(f'<p class="meta">{html.escape(n)}</p>' for n in notes)
+    body = (
+        f"{_nav('index')}\n<h1>tailwatch dashboards</h1>\n{_meta(analysis, run_id)}\n{note_html}"
+        '<p>Colours: <span class="legend-llm">LLM time</span> and '
+        '<span class="legend-internal">internal time</span> are the same in every view; times are UTC.</p>\n'
+        f'<ul class="views">{"".join(items)}</ul>'
+    )
+    return _page("tailwatch dashboards", body)
+
+
+def _headline(view: View, analysis: AnalysisFrames, alerts: pl.DataFrame | None) -> str:
+    """One line of numbers per view for the index (plain text; the caller escapes it)."""
+    if view == "hot_path":
+        coupled = (
+            analysis.release_coupling.filter(pl.col("coupled")).height
+            if analysis.release_coupling.height
+            else 0
+        )
+        return f"{analysis.hot_path.height} operations, {coupled} with p99 coupled to releases"
+    if view == "cold_path":
+        starved = analysis.cold_path.filter(pl.col("starved")).height if analysis.cold_path.height else 0
+        return f"{analysis.cold_path.height} queues, {starved} starved"
+    if view == "abandonment":
+        cliffs = analysis.abandonment_summary.filter(pl.col("cliff_ms").is_not_null()).height
+        return f"{analysis.abandonment_summary.height} operations, {cliffs} with a cliff"
+    if view == "retries":
+        return f"{analysis.retry_amplification.height} workflows"
+    if view == "attribution":
+        verdicts = analysis.attribution.filter(pl.col("verdict") != "none")["verdict"].to_list()
+        return (
+            f"{len(verdicts)} regressions ({', '.join(str(v) for v in verdicts)})"
+            if verdicts
+            else "no regression"
+        )
+    if alerts is None or not alerts.height:
+        return "no alerts in this window"
+    return f"{alerts['fingerprint'].n_unique()} alerts"
+
+
+# --- PNG -------------------------------------------------------------------------------------
+
+
+def find_browser() -> str:
+    """The Chromium kaleido should drive: ``BROWSER_PATH``, else one on ``PATH``."""
+    configured = os.environ.get(BROWSER_ENV, "").strip()
+    if configured:
+        if not (Path(configured).is_file() and os.access(configured, os.X_OK)):
+            raise PngExportError(f"{BROWSER_ENV}={configured!r} is not an executable browser")
+        return configured
+    for name in _BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
+    raise PngExportError(
+        "PNG export needs Chromium: install it (Debian: apt-get install chromium, or `make browser`) "
+        f"or set {BROWSER_ENV} to a Chrome/Chromium executable"
+    )
+
+
+def write_pngs(figures: Mapping[str, go.Figure], out_dir: Path) -> list[Path]:
+    """One PNG per figure through kaleido and the system Chromium, in a single browser session."""
+    browser = find_browser()
+    try:
+        import kaleido
+    except ImportError as exc:  # pragma: no cover - kaleido is a runtime dependency
+        raise PngExportError(f"PNG export needs kaleido: {exc}") from None
+    jobs: list[dict[str, Any]] = []
+    paths: list[Path] = []
+    for view, fig in figures.items():
+        path = out_dir / f"{view}.png"
+        height = int(fig.layout.height or 600)
+        jobs.append(
+            {"fig": fig, "path": path, "opts": {"format": "png", "width": PNG_WIDTH, "height": height}}
+        )
+        paths.append(path)
+    try:
+        # mathjax=False keeps kaleido from fetching MathJax off a CDN; plotly.js comes from the plotly
+        # package on disk, so rendering needs no network either.
+        kaleido.write_fig_from_object_sync(
+            jobs, kopts={"path": browser, "mathjax": False}, cancel_on_error=True
+        )
+    except Exception as exc:  # kaleido raises many kinds (browser launch, timeouts, devtools)
+        first = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise PngExportError(f"PNG export through kaleido with {browser} failed: {first}") from None
+    missing = [p for p in paths if not p.is_file() or p.stat().st_size == 0]
+    if missing:
+        raise PngExportError(f"PNG export wrote no image for: {', '.join(p.name for p in missing)}")
+    return paths

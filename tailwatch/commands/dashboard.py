@@ -1,0 +1,90 @@
+"""``tailwatch dashboard export``: the Plotly views as self-contained HTML (and PNG) files."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+from collectors.store import open_store
+from tailwatch.commands._common import store_option
+
+
+class _ISOTime(click.ParamType):
+    """An ISO 8601 instant; one without an offset is UTC (the same rule as ``tailwatch analyze``)."""
+
+    name = "ISO8601"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            parsed = value
+        else:
+            text = str(value).strip()
+            if text.endswith(("Z", "z")):
+                text = text[:-1] + "+00:00"
+            try:
+                parsed = datetime.fromisoformat(text)
+            except ValueError:
+                self.fail(f"{value!r} is not an ISO 8601 time (e.g. 2026-11-02T08:00:00Z)", param, ctx)
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=UTC)
+        return parsed.astimezone(UTC)
+
+
+ISO_TIME = _ISOTime()
+
+
+@click.group()
+def dashboard() -> None:
+    """Plotly dashboards of every tail metric."""
+
+
+@dashboard.command("export")
+@store_option
+@click.option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory for <view>.html and index.html (created if missing).",
+)
+@click.option("--start", type=ISO_TIME, default=None, help="Window start (ISO 8601; UTC if no offset).")
+@click.option("--end", type=ISO_TIME, default=None, help="Window end (ISO 8601) [default: now].")
+@click.option(
+    "--format",
+    "formats",
+    type=click.Choice(["html", "png"]),
+    multiple=True,
+    default=("html",),
+    show_default=True,
+    help="html: one offline page per view; png: images through kaleido and Chromium (repeatable).",
+)
+def export(
+    store_dsn: str | None,
+    out_dir: Path,
+    start: datetime | None,
+    end: datetime | None,
+    formats: tuple[str, ...],
+) -> None:
+    """Write one self-contained HTML page per view plus index.html.
+
+    Without --start/--end: the latest persisted analysis, else the last 24 hours. A window no
+    persisted analysis covers is analysed (and persisted) first. PNG needs Chromium: BROWSER_PATH
+    or chromium on PATH.
+    """
+    from dashboards import export_dashboards
+    from dashboards.export import check_formats
+
+    chosen = check_formats(formats)
+    with open_store(store_dsn) as store:
+        report = export_dashboards(store, out_dir, start, end, formats=chosen)
+    for path in report.files:
+        click.echo(str(path))
+    window = f"{report.start:%Y-%m-%dT%H:%M:%SZ} → {report.end:%Y-%m-%dT%H:%M:%SZ}" if report.start else "?"
+    how = "analysed now" if report.computed else "persisted analysis"
+    run = f" {report.analysis_run_id}" if report.analysis_run_id else ""
+    for note in report.notes:
+        click.echo(f"note: {note}", err=True)
+    click.echo(f"{len(report.files)} files in {out_dir} · window {window} · {how}{run}", err=True)

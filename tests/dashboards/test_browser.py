@@ -1,0 +1,78 @@
+"""Exported dashboards in a real headless Chromium, opened from disk with the network off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from collectors.spans import insert_spans
+from collectors.store import Store
+from dashboards import VIEWS, export_dashboards, write_dashboards
+from tests.dashboards.browser import chromium, open_page
+from tests.dashboards.frames import HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE, sample_alerts, sample_analysis
+from tests.dashboards.traces import END, START, dashboard_spans
+
+pytestmark = pytest.mark.slow
+
+# Where each hostile string is drawn (as plain text) in the sample analysis.
+EXPECTED_TEXT = {
+    # Markup in a name stays literal text: "<b>bold</b>" is not drawn bold with its tags dropped.
+    "hot_path": [HOSTILE, HOSTILE_TEMPLATE],
+    "cold_path": [HOSTILE],
+    "abandonment": [HOSTILE],
+    "retries": [HOSTILE_FLAG],
+    "attribution": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],
+    "alerts": [HOSTILE, HOSTILE_FLAG],
+}
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dashboards")
+    write_dashboards(sample_analysis(hostile=True), out, alerts=sample_alerts(hostile=True), run_id="run-1")
+    return out
+
+
+def test_every_page_renders_offline_with_hostile_names_as_text(
+    exported: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    shots = tmp_path_factory.mktemp("screenshots")
+    with chromium() as browser:
+        for view in VIEWS:
+            report = open_page(browser, exported / f"{view}.html", shots)
+            assert report.console_errors == [], (view, report.console_errors)
+            assert report.page_errors == [], (view, report.page_errors)
+            assert report.blocked_requests == [], (view, report.blocked_requests)
+            assert report.dialogs == [], (view, report.dialogs)
+            dom = report.dom
+            assert dom["xss"] is False, view
+            assert dom["imgs"] == 0, view  # no <img> element was created from the data
+            assert len(dom["plots"]) == 1, view
+            plot = dom["plots"][0]
+            assert plot["svgs"] >= 1 and plot["marks"] > 0, (view, plot)
+            assert plot["width"] > 500 and plot["height"] > 300, (view, plot)
+            for text in EXPECTED_TEXT[view]:
+                assert text in dom["svgText"], (view, text)
+            assert report.screenshot is not None and report.screenshot.stat().st_size > 10_000
+        index = open_page(browser, exported / "index.html", shots)
+        assert index.console_errors == [] and index.blocked_requests == [] and index.dialogs == []
+        assert set(index.dom["links"]) >= {f"{v}.html" for v in VIEWS} | {"index.html"}
+        assert "no alerts in this window" not in index.dom["bodyText"]
+
+
+def test_pages_exported_from_a_store_render(store: Store, tmp_path: Path) -> None:
+    """End to end: hostile span names in the store → analysis → export → Chromium."""
+    insert_spans(store, dashboard_spans(requests=60))
+    report = export_dashboards(store, tmp_path / "out", START, END)
+    assert report.computed
+    with chromium() as browser:
+        for view in VIEWS:
+            page = open_page(browser, tmp_path / "out" / f"{view}.html", tmp_path)
+            assert page.console_errors == page.page_errors == page.dialogs == page.blocked_requests == []
+            assert page.dom["xss"] is False and page.dom["imgs"] == 0
+            plot = page.dom["plots"][0]
+            assert plot["svgs"] >= 1 and plot["marks"] > 0, (view, plot)
+            if view != "alerts":
+                assert HOSTILE in page.dom["svgText"], view
+        assert "no alerts in this window" in page.dom["svgText"]

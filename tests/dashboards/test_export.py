@@ -1,0 +1,135 @@
+"""export_dashboards against a real embedded store, the files it writes, PNG and the CLI."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from collectors.spans import insert_spans
+from collectors.store import Store, open_store
+from dashboards import (
+    VIEWS,
+    DashboardError,
+    PngExportError,
+    build_figures,
+    export_dashboards,
+    write_dashboards,
+)
+from dashboards.export import write_pngs
+from tailwatch.schema import ensure_all
+from tests.dashboards.frames import HOSTILE, sample_analysis
+from tests.dashboards.traces import END, START, dashboard_spans
+
+HTML_FILES = [f"{v}.html" for v in VIEWS] + ["index.html"]
+
+
+@pytest.fixture
+def filled(store: Store) -> Store:
+    insert_spans(store, dashboard_spans(requests=100))
+    return store
+
+
+def test_export_analyses_a_new_window_then_reuses_the_persisted_run(filled: Store, tmp_path: Path) -> None:
+    first = export_dashboards(filled, tmp_path / "a", START, END)
+    assert first.computed and first.analysis_run_id
+    assert (first.start, first.end) == (START, END)
+    assert sorted(p.name for p in first.files) == sorted(HTML_FILES)
+    assert all(p.parent == tmp_path / "a" and p.stat().st_size > 0 for p in first.files)
+    again = export_dashboards(filled, tmp_path / "b", START, END)
+    assert not again.computed and again.analysis_run_id == first.analysis_run_id
+    latest = export_dashboards(filled, tmp_path / "c")  # no window: the latest persisted run
+    assert not latest.computed and latest.analysis_run_id == first.analysis_run_id
+    assert (latest.start, latest.end) == (START, END)
+    # Alerting has run nowhere: the timeline says so rather than drawing nothing.
+    assert first.alerts == 0
+    assert "no alerts in this window" in (tmp_path / "a" / "alerts.html").read_text(encoding="utf-8")
+
+
+def test_pages_are_self_contained_and_escaped(tmp_path: Path) -> None:
+    files = write_dashboards(sample_analysis(hostile=True), tmp_path, run_id="r<1>")
+    assert [p.name for p in files] == HTML_FILES
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"<script[^>]+src=", text), path.name  # nothing fetched: plotly.js is inline
+        assert "<link" not in text and "@import" not in text, path.name
+        assert HOSTILE not in text, path.name  # neither in the page nor in the figure JSON
+        assert "r&lt;1&gt;" in text and "r<1>" not in text, path.name
+        if path.name != "index.html":
+            assert len(text) > 3_000_000 and "plotly.js v" in text, path.name  # the library itself
+            assert text.count("Plotly.newPlot(") == 1, path.name
+    index = (tmp_path / "index.html").read_text(encoding="utf-8")
+    for view in VIEWS:
+        assert f'href="{view}.html"' in index
+    assert "2 operations, 1 with p99 coupled to releases" in index
+    assert "2 queues, 1 starved" in index
+
+
+def test_unknown_format_lists_the_allowed_ones(tmp_path: Path) -> None:
+    with pytest.raises(DashboardError, match=r"unknown dashboard format 'pdf'; allowed: html, png"):
+        write_dashboards(sample_analysis(), tmp_path, formats=("pdf",))  # type: ignore[arg-type]
+
+
+def test_png_without_a_browser_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chromium"))
+    with pytest.raises(
+        PngExportError, match=r"BROWSER_PATH=.*no-such-chromium.* is not an executable browser"
+    ):
+        write_pngs(build_figures(sample_analysis()), tmp_path)
+
+
+@pytest.mark.slow
+def test_png_through_kaleido_and_system_chromium(tmp_path: Path) -> None:
+    figures = build_figures(sample_analysis(hostile=True))
+    paths = write_pngs({"hot_path": figures["hot_path"], "alerts": figures["alerts"]}, tmp_path)
+    assert [p.name for p in paths] == ["hot_path.png", "alerts.png"]
+    for path in paths:
+        data = path.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+        assert width == 1400 and height == figures[path.stem].layout.height
+
+
+def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tailwatch", "dashboard", "export", *args],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.mark.slow
+def test_cli_export_html_and_png(store_dsn: str, tmp_path: Path) -> None:
+    with open_store(store_dsn) as store:  # closed before the CLI opens the same embedded store
+        ensure_all(store)
+        insert_spans(store, dashboard_spans(requests=60))
+    out = tmp_path / "out"
+    result = _cli(
+        "--store", store_dsn, "--out", str(out), "--start", "2026-11-02T09:00:00Z",
+        "--end", "2026-11-02T10:00:00Z", "--format", "html", "--format", "png",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    written = sorted(Path(line).name for line in result.stdout.splitlines())
+    assert written == sorted(HTML_FILES + [f"{v}.png" for v in VIEWS])
+    assert "window 2026-11-02T09:00:00Z → 2026-11-02T10:00:00Z · analysed now" in result.stderr
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert 'href="attribution.png"' in index and 'href="attribution.html"' in index
+
+
+def test_cli_errors_are_one_line(store_dsn: str, tmp_path: Path) -> None:
+    bad_format = _cli("--store", store_dsn, "--out", str(tmp_path), "--format", "pdf")
+    assert bad_format.returncode == 2 and "'pdf' is not one of 'html', 'png'" in bad_format.stderr
+    bad_time = _cli("--store", store_dsn, "--out", str(tmp_path), "--start", "yesterday")
+    assert bad_time.returncode == 2 and "'yesterday' is not an ISO 8601 time" in bad_time.stderr
+    empty = _cli(
+        "--store", store_dsn, "--out", str(tmp_path), "--start", "2026-11-02T10:00:00Z",
+        "--end", "2026-11-02T09:00:00Z",
+    )  # fmt: skip
+    assert empty.returncode == 2
+    assert empty.stderr.strip().splitlines()[-1].startswith("tailwatch: error: dashboard window is empty")

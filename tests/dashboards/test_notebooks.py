@@ -1,0 +1,69 @@
+"""Both notebooks run top to bottom against a fresh embedded store, and are stored without outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.conftest import REPO_ROOT
+
+NOTEBOOKS = REPO_ROOT / "notebooks"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("name", ["quickstart.ipynb", "regression_triage.ipynb"])
+def test_notebook_is_stored_without_outputs(name: str) -> None:
+    book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    nbformat.validate(book)
+    for cell in book.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, (name, cell.source[:60])
+
+
+def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
+    monkeypatch.setenv("TAILWATCH_STORE", "chdb://" + str(tmp_path / "store"))
+    # tempfile.mkdtemp inside the notebook lands under the test's directory.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    book = nbformat.read(NOTEBOOKS / name, as_version=4)
+    # "python3" is ipykernel's kernelspec; jupyter_client starts it with this interpreter.
+    client = NotebookClient(
+        book,
+        kernel_name="python3",
+        timeout=240,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    return book
+
+
+def _text(book: nbformat.NotebookNode) -> str:
+    parts = []
+    for cell in book.cells:
+        for output in cell.get("outputs", []):
+            parts.append(output.get("text", ""))
+            parts.append(str(output.get("data", {}).get("text/plain", "")))
+    return "\n".join(parts)
+
+
+def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    book = _run("quickstart.ipynb", tmp_path, monkeypatch)
+    text = _text(book)
+    assert "analysis run" in text and "0 failed" in text
+    written = [line for line in text.splitlines() if line.endswith(".html")]
+    assert sorted(Path(p).name for p in written)[-1] == "retries.html" and len(written) == 7
+    assert all(Path(p).is_file() and Path(p).is_relative_to(tmp_path) for p in written)
+
+
+def test_regression_triage_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    book = _run("regression_triage.ipynb", tmp_path, monkeypatch)
+    verdict = [line for line in _text(book).splitlines() if line.startswith("alert ")]
+    assert len(verdict) == 1
+    line = verdict[0]
+    # The simulated regressions: an LLM slowdown on support-bot, a db regression on search-api.
+    assert ("support-bot POST /reply: cause llm" in line and "verdict llm" in line) or (
+        "search-api GET /search: cause internal" in line and "verdict internal" in line
+    ), line
