@@ -175,7 +175,7 @@ def _serve_columnar(store: Any, spool: Path) -> None:
     from collectors.receivers import Receivers
     from collectors.settings import PipelineSettings
 
-    pipeline = IngestPipeline(store, PipelineSettings(spool_dir=spool))
+    pipeline = IngestPipeline(store, PipelineSettings.from_env(spool_dir=spool))
     pipeline.start()
     receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None, extra_routes=_bench_routes(store))
     receivers.start()

@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from collectors.otlp_decode import export_response, request_to_arrow
-from collectors.pipeline import IngestPipeline
+from collectors.otlp_decode import export_response, request_to_arrow, validate_request
+from collectors.pipeline import IngestPipeline, SubmitResult
 from collectors.receiver import token_matches
 
 __all__ = ["GrpcReceiver"]
@@ -54,12 +54,24 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             presented = dict(context.invocation_metadata()).get("authorization")
             if not token_matches(presented if isinstance(presented, str) else None, self.token):
                 return self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
+        if self.pipeline.accepts_raw:
+            received, rejected, message = validate_request(request)
+            self.metrics.received.labels(protocol="grpc").inc(received)
+            result = self.pipeline.submit_raw(
+                request.SerializeToString(), received - rejected, protocol="grpc"
+            )
+            return self._answer(context, result, rejected, message)
         try:
             decoded = request_to_arrow(request)
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             return self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid span data: {exc}")
         self.metrics.received.labels(protocol="grpc").inc(decoded.received)
         result = self.pipeline.submit(decoded.table, protocol="grpc")
+        return self._answer(context, result, decoded.rejected, decoded.error_message)
+
+    def _answer(
+        self, context: grpc.ServicerContext, result: SubmitResult, rejected: int, message: str
+    ) -> ExportTraceServiceResponse:
         if not result.ok:
             code = (
                 grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -67,10 +79,10 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
                 else grpc.StatusCode.UNAVAILABLE
             )
             return self._abort(context, code, result.message, result.retry_after_s)
-        if decoded.rejected:
-            self.metrics.rejected.labels(protocol="grpc").inc(decoded.rejected)
+        if rejected:
+            self.metrics.rejected.labels(protocol="grpc").inc(rejected)
         self.metrics.requests.labels(protocol="grpc", status="OK").inc()
-        return export_response(decoded.rejected, decoded.error_message)
+        return export_response(rejected, message)
 
 
 assert code_pb2.OK == 0  # google.rpc codes and grpc.StatusCode values coincide

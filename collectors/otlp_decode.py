@@ -46,6 +46,7 @@ __all__ = [
     "export_response",
     "format_double",
     "request_to_arrow",
+    "validate_request",
 ]
 
 # Collector spellings, indexed by the OTLP enum value; the last entry stands for a value outside the
@@ -496,6 +497,58 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
     ]
     table = pa.Table.from_arrays(columns, schema=TRACES_ARROW_SCHEMA)
     return DecodedSpans(table, received, rejected, first_error)
+
+
+def validate_request(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
+    """Drop invalid spans from ``request`` in place (same rules as :func:`request_to_arrow`).
+
+    Returns (received, rejected, error_message). Reads five fields per span and no attributes, so it
+    costs a fraction of the full mapping; used when ClickHouse itself maps the raw request.
+    """
+    received = 0
+    rejected = 0
+    first_error = ""
+    for rs in request.resource_spans:
+        for ss in rs.scope_spans:
+            bad: list[int] = []
+            for index, span in enumerate(ss.spans):
+                received += 1
+                tid = span.trace_id
+                sid = span.span_id
+                pid = span.parent_span_id
+                end = span.end_time_unix_nano
+                problem = ""
+                if len(tid) != 16 or tid == _ZERO_TRACE:
+                    problem = f"invalid trace_id (length {len(tid)}, must be 16 non-zero bytes)"
+                elif len(sid) != 8 or sid == _ZERO_SPAN:
+                    problem = f"invalid span_id (length {len(sid)}, must be 8 non-zero bytes)"
+                elif pid and len(pid) != 8:
+                    problem = f"invalid parent_span_id (length {len(pid)}, must be 0 or 8 bytes)"
+                elif end < span.start_time_unix_nano:
+                    problem = "end_time_unix_nano is before start_time_unix_nano"
+                elif end >= _MAX_NS:
+                    problem = "timestamp beyond the year 2262"
+                elif span.links and any(
+                    len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
+                    for link in span.links
+                ):
+                    problem = "invalid link trace_id/span_id length"
+                if problem:
+                    bad.append(index)
+                    if not first_error:
+                        first_error = f"span {sid.hex() or '?'}: {problem}"
+            if bad:
+                rejected += len(bad)
+                dropped = set(bad)
+                # Copy the survivors out before clearing: elements removed from a repeated field
+                # must not be reused.
+                keep = [span.SerializeToString() for i, span in enumerate(ss.spans) if i not in dropped]
+                del ss.spans[:]
+                for raw in keep:
+                    ss.spans.add().MergeFromString(raw)
+    if rejected:
+        first_error = f"{rejected} of {received} spans rejected; first: {first_error}"
+    return received, rejected, first_error
 
 
 def export_response(rejected: int = 0, error_message: str = "") -> ExportTraceServiceResponse:

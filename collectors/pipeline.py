@@ -28,13 +28,15 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
 from collectors.metrics import IngestMetrics
+from collectors.native_insert import NativeInserter, native_sample, self_test
+from collectors.otlp_decode import decode_protobuf, request_to_arrow
 from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
 from collectors.settings import PipelineSettings
 from collectors.spool import Spool, SpoolTicket, table_to_ipc
 from collectors.store import Store
 from collectors.writer import SpanWriter, StoreSpanWriter
 
-__all__ = ["IngestPipeline", "SubmitResult", "SubmitStatus"]
+__all__ = ["IngestPipeline", "SubmitResult", "SubmitStatus", "spool_record"]
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +65,8 @@ class SubmitResult:
 
 @dataclass
 class _Item:
-    table: pa.Table
+    table: pa.Table | None  # mapped rows (Arrow path) ...
+    raw: bytes | None  # ... or a validated protobuf request that ClickHouse maps itself
     rows: int
     ticket: SpoolTicket | None
     done: threading.Event | None = None
@@ -97,6 +100,8 @@ class IngestPipeline:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
         self._writer: SpanWriter = writer if writer is not None else StoreSpanWriter(_require(store))
+        self._custom_writer = writer is not None
+        self._native: NativeInserter | None = None
         self._spool = Spool(self.settings.spool_dir) if self.settings.spool_dir is not None else None
         self._cond = threading.Condition()
         self._queue: deque[_Item] = deque()
@@ -120,6 +125,12 @@ class IngestPipeline:
                 raise RuntimeError(f"pipeline already {self._state}")
         if self.store is not None:
             ensure_schema(self.store)
+            if (
+                self.settings.native_insert
+                and not self._custom_writer
+                and NativeInserter.supported(self.store)
+            ):
+                self._native = _checked_native_inserter(self.store, self.settings.spool_dir)
         if self._spool is not None:
             leftovers = self._spool.open()
             try:
@@ -159,6 +170,11 @@ class IngestPipeline:
             where = "kept in the spool for the next start" if self._spool is not None else "not inserted"
             log.warning("ingest stopped with %d spans %s", left, where)
         return left == 0
+
+    @property
+    def accepts_raw(self) -> bool:
+        """True when :meth:`submit_raw` is available (embedded store, native insert verified)."""
+        return self._native is not None
 
     @property
     def running(self) -> bool:
@@ -206,7 +222,16 @@ class IngestPipeline:
 
     def submit(self, table: pa.Table, *, protocol: str = "direct") -> SubmitResult:
         """Take responsibility for ``table`` (rows in the trace schema) or refuse it."""
-        rows = table.num_rows
+        return self._submit(table, None, table.num_rows, protocol)
+
+    def submit_raw(self, body: bytes, spans: int, *, protocol: str = "direct") -> SubmitResult:
+        """Like :meth:`submit` for a serialized ExportTraceServiceRequest whose ``spans`` spans are all
+        valid (see ``validate_request``); ClickHouse maps it at insert time. Needs :attr:`accepts_raw`."""
+        if self._native is None:
+            return self.submit(request_to_arrow(decode_protobuf(body)).table, protocol=protocol)
+        return self._submit(None, body, spans, protocol)
+
+    def _submit(self, table: pa.Table | None, raw: bytes | None, rows: int, protocol: str) -> SubmitResult:
         if rows == 0:
             return SubmitResult("accepted", 0)
         retry_after = max(1.0, self.settings.flush_interval_s)
@@ -228,7 +253,8 @@ class IngestPipeline:
         ticket: SpoolTicket | None = None
         try:
             if self._spool is not None:
-                ticket = self._spool.append(table_to_ipc(table))
+                payload = spool_record(table, raw)
+                ticket = self._spool.append(payload)
                 self._spool.sync(ticket)
         except Exception as exc:  # a full disk must become a retryable answer, not a 500
             log.error("spool write failed: %s", exc)
@@ -236,7 +262,7 @@ class IngestPipeline:
                 self._reserved -= rows
                 self._cond.notify_all()
             return self._refuse("unavailable", rows, protocol, retry_after, f"spool write failed: {exc}")
-        item = _Item(table, rows, ticket, None if ticket is not None else threading.Event())
+        item = _Item(table, raw, rows, ticket, None if ticket is not None else threading.Event())
         with self._cond:
             self._reserved -= rows
             self._queue.append(item)
@@ -287,6 +313,9 @@ class IngestPipeline:
             for item in self._queue:
                 if batch and rows + item.rows > self.settings.batch_rows:
                     break
+                # One kind per insert, so a retried batch never re-inserts a half that succeeded.
+                if batch and (item.raw is None) != (batch[0].raw is None):
+                    break
                 batch.append(item)
                 rows += item.rows
             return batch
@@ -298,10 +327,13 @@ class IngestPipeline:
             if batch is None:
                 return
             rows = sum(item.rows for item in batch)
-            table = pa.concat_tables([item.table for item in batch])
             started = time.perf_counter()
             try:
-                self._writer.write(table)
+                if batch[0].raw is not None:
+                    assert self._native is not None
+                    self._native.insert([item.raw for item in batch if item.raw is not None])
+                else:
+                    self._writer.write(pa.concat_tables([_require_table(item.table) for item in batch]))
             except Exception as exc:
                 failures += 1
                 self.metrics.insert_errors.inc()
@@ -341,7 +373,13 @@ class IngestPipeline:
     def _replay(self, segment: Path) -> None:
         """Insert a previous run's spool segment, skipping rows that already reached the store."""
         assert self._spool is not None
-        tables = [t for t in Spool.read_segment(segment) if t.num_rows]
+        tables = []
+        for payload in Spool.read_segment(segment):
+            try:
+                tables.append(_payload_table(payload))
+            except Exception as exc:  # CRC-valid but unreadable: keep the segment's other records
+                log.error("spool %s: skipping an unreadable record: %s", segment.name, exc)
+        tables = [t for t in tables if t.num_rows]
         if tables:
             table = pa.concat_tables(
                 [t.select(TRACES_ARROW_SCHEMA.names).cast(TRACES_ARROW_SCHEMA) for t in tables]
@@ -363,3 +401,46 @@ def _require(store: Store | None) -> Store:
     if store is None:
         raise ValueError("IngestPipeline needs a store or a writer")
     return store
+
+
+_ARROW = b"A"
+_RAW = b"P"
+
+
+def spool_record(table: pa.Table | None = None, raw: bytes | None = None) -> bytes:
+    """How an accepted export is spooled: a kind byte, then Arrow IPC or the raw protobuf request."""
+    if raw is not None:
+        return _RAW + raw
+    return _ARROW + table_to_ipc(_require_table(table))
+
+
+def _payload_table(payload: bytes) -> pa.Table:
+    """A spool record back as rows: Arrow IPC, or a raw request mapped by the Python path."""
+    if payload[:1] == _RAW:
+        return request_to_arrow(decode_protobuf(payload[1:])).table
+    return pa.ipc.open_stream(payload[1:]).read_all()
+
+
+def _require_table(table: pa.Table | None) -> pa.Table:
+    assert table is not None
+    return table
+
+
+# The embedded engine is one per process (one version): its check result holds for the process.
+_NATIVE_CHECKED: list[str | None] = []
+
+
+def _checked_native_inserter(store: Store, spool_dir: Path | None) -> NativeInserter | None:
+    """The ClickHouse-side mapping, if it reproduces the Python mapping exactly on this engine.
+
+    Checked once per process against a sample that exercises every value kind and column.
+    """
+    if not _NATIVE_CHECKED:
+        problem = self_test(store, [native_sample()])
+        if problem:
+            log.warning("ClickHouse-side OTLP mapping disabled, using the Arrow path: %s", problem)
+        _NATIVE_CHECKED.append(problem)
+    if _NATIVE_CHECKED[0] is not None:
+        return None
+    work_dir = spool_dir / "tmp" if spool_dir is not None else None
+    return NativeInserter(store, work_dir)

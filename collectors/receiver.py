@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
+import threading
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,11 +27,13 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from collectors.otlp_decode import (
+    DecodedSpans,
     OtlpDecodeError,
     decode_json,
     decode_protobuf,
     export_response,
     request_to_arrow,
+    validate_request,
 )
 from collectors.pipeline import IngestPipeline
 
@@ -41,16 +45,27 @@ _PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
 _JSON_TYPE = "application/json"
 
 
+# Decoding is pure Python under the GIL: more threads than cores only add lock hand-offs. Waiting
+# for the spool's fsync happens outside this limit, so slow disks still overlap.
+_DECODE_SLOTS = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+
+
 class _TooLarge(Exception):
     pass
 
 
 @dataclass(frozen=True)
-class _Answer:
-    status: int
+class _RawExport:
+    """A validated protobuf export handed to the pipeline as bytes (see ``submit_raw``)."""
+
     body: bytes
-    content_type: str
-    headers: dict[str, str]
+    received: int
+    rejected: int
+    error_message: str
+
+    @property
+    def accepted(self) -> int:
+        return self.received - self.rejected
 
 
 def token_matches(presented: str | None, token: str | None) -> bool:
@@ -160,10 +175,22 @@ class _TracesEndpoint:
         return b"".join(chunks)
 
     def _process(self, body: bytes, gzipped: bool, as_json: bool) -> Response:
+        with _DECODE_SLOTS:
+            parsed = self._decode(body, gzipped, as_json)
+        if isinstance(parsed, Response):
+            return parsed
+        return self._submit(parsed, as_json)
+
+    def _decode(self, body: bytes, gzipped: bool, as_json: bool) -> Response | DecodedSpans | _RawExport:
         try:
             if gzipped:
                 body = _gunzip_capped(body, self.limit)
             request = decode_json(body) if as_json else decode_protobuf(body)
+            if not as_json and self.pipeline.accepts_raw:
+                # ClickHouse maps the raw request at insert time: only validate the spans here.
+                received, rejected, message = validate_request(request)
+                raw = request.SerializeToString() if rejected else body
+                return _RawExport(raw, received, rejected, message)
             decoded = request_to_arrow(request)
         except _TooLarge:
             return self._error(
@@ -177,8 +204,14 @@ class _TracesEndpoint:
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             # Values that decode but cannot become columns (e.g. lone surrogates in JSON strings).
             return self._error(400, code_pb2.INVALID_ARGUMENT, f"invalid span data: {exc}", as_json)
+        return decoded
+
+    def _submit(self, decoded: DecodedSpans | _RawExport, as_json: bool) -> Response:
         self.metrics.received.labels(protocol="http").inc(decoded.received)
-        result = self.pipeline.submit(decoded.table, protocol="http")
+        if isinstance(decoded, _RawExport):
+            result = self.pipeline.submit_raw(decoded.body, decoded.accepted, protocol="http")
+        else:
+            result = self.pipeline.submit(decoded.table, protocol="http")
         if not result.ok:
             status, code = (
                 (429, code_pb2.RESOURCE_EXHAUSTED)

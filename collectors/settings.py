@@ -53,6 +53,8 @@ class PipelineSettings:
     ``spool_dir``: fsync'd write-ahead spool; an acknowledged export is on disk before the 200 and
     is replayed on the next start. Without it, an export is acknowledged only once inserted.
     ``max_request_bytes``: body limit of one export, compressed and decompressed (spec: 64 MiB).
+    ``native_insert``: on an embedded store, let ClickHouse map raw protobuf exports itself (verified
+    against the Python mapping at start; the Arrow path is used otherwise).
     """
 
     batch_rows: int = 10_000
@@ -60,6 +62,7 @@ class PipelineSettings:
     max_queue_spans: int = 200_000
     spool_dir: Path | None = None
     max_request_bytes: int = 64 * 1024 * 1024
+    native_insert: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_rows < 1:

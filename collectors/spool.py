@@ -214,7 +214,7 @@ class Spool:
     # --- recovery ------------------------------------------------------------------------------
 
     @staticmethod
-    def read_segment(path: Path) -> Iterator[pa.Table]:
+    def read_segment(path: Path) -> Iterator[bytes]:
         """The intact records of a segment; stops at the first torn or corrupt one."""
         data = path.read_bytes()
         pos = 0
@@ -225,11 +225,7 @@ class Spool:
             if len(payload) < length or zlib.crc32(payload) != crc:
                 log.warning("spool %s: ignoring a torn record at byte %d (never acknowledged)", path, pos)
                 return
-            try:
-                yield pa.ipc.open_stream(payload).read_all()
-            except pa.ArrowInvalid:
-                log.warning("spool %s: ignoring an unreadable record at byte %d", path, pos)
-                return
+            yield payload
             pos = start + length
 
     def discard(self, path: Path) -> None:

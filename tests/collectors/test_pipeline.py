@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from collectors.otlp_decode import request_to_arrow
-from collectors.pipeline import IngestPipeline
+from collectors.pipeline import IngestPipeline, spool_record
 from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings, SettingsError
 from collectors.spool import Spool, table_to_ipc
@@ -197,22 +197,26 @@ def test_spool_ignores_a_torn_tail_and_releases_segments(tmp_path: Path) -> None
     with last.open("ab") as f:
         f.write(b"\x10\x00\x00\x00\x00\x00")
     segments = sorted((tmp_path / "s").glob("seg-*"))
-    assert [sum(t.num_rows for t in Spool.read_segment(s)) for s in segments] == [5, 5]
+    records = [list(Spool.read_segment(s)) for s in segments]
+    assert [len(r) for r in records] == [1, 1]
+    assert pa.ipc.open_stream(records[1][0]).read_all().num_rows == 5
 
 
 def test_replay_inserts_spooled_spans_once(store: Store, tmp_path: Path) -> None:
     spool_dir = tmp_path / "s"
     already, pending = _table(20, 1), _table(30, 2)
-    # A previous run spooled both batches but crashed after inserting only the first one.
+    raw_request = make_request(7, seed=3)[0].SerializeToString()
+    # A previous run spooled three exports (Arrow and raw protobuf) but crashed after inserting
+    # only the first one.
     StoreSpanWriter(store).write(already)
     crashed = Spool(spool_dir)
     crashed.open()
-    for t in (already, pending):
-        crashed.sync(crashed.append(table_to_ipc(t)))
+    for record in (spool_record(already), spool_record(pending), spool_record(raw=raw_request)):
+        crashed.sync(crashed.append(record))
     crashed.close()  # records stay: nothing was released; the dead process's lock goes away
     p = IngestPipeline(store, PipelineSettings(spool_dir=spool_dir, flush_interval_s=0.05))
     p.start()
     p.stop()
-    assert p.replayed == 30
-    assert _count(store) == (50, 50)
+    assert p.replayed == 37
+    assert _count(store) == (57, 57)
     assert list(spool_dir.glob("seg-*")) == []

@@ -1,0 +1,292 @@
+"""Raw OTLP protobuf → ``otel_traces`` inside ClickHouse, without a Python copy per span.
+
+The receivers' cost is not protobuf parsing but copying every attribute into Python objects. For
+the embedded engine, the insert thread instead writes the acknowledged request bodies to a file of
+length-delimited messages and lets ClickHouse parse them with its own Protobuf input format (a
+trimmed copy of the OTLP schema in which nested ``AnyValue`` arrays/maps stay opaque bytes) and
+flatten them with ``ARRAY JOIN`` into exactly the Collector's columns. That work runs in C++ threads
+outside the GIL, in parallel with the receivers.
+
+Exactness: values ClickHouse cannot stringify like pdata ``AsString()`` — array/kvlist values (Go
+JSON) and doubles outside ``[1e-6, 1e21)`` (Go's exponent form) — are detected in SQL; the requests
+holding any of them go through the Python mapping (:func:`collectors.otlp_decode.request_to_arrow`)
+instead. :func:`self_test` compares both paths on a sample at start and disables this one if they
+ever differ (for example on a different ClickHouse version).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+from google.protobuf.internal.encoder import _VarintBytes
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
+
+from collectors.otlp_decode import decode_protobuf, request_to_arrow
+from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE
+from collectors.store import Store
+
+__all__ = ["NativeInserter", "native_sample", "self_test"]
+
+log = logging.getLogger(__name__)
+
+# Field numbers as in opentelemetry-proto; ``tw_index`` (1000) is ours, appended to each body so a
+# row can name its request (concatenated protobuf messages merge, so appending a field is valid).
+_SCHEMA = """
+syntax = "proto3";
+message AnyValue {
+  oneof value {
+    string string_value = 1; bool bool_value = 2; int64 int_value = 3; double double_value = 4;
+    bytes array_value = 5; bytes kvlist_value = 6; bytes bytes_value = 7;
+  }
+}
+message KeyValue { string key = 1; AnyValue value = 2; }
+message Resource { repeated KeyValue attributes = 1; }
+message Scope { string name = 1; string version = 2; }
+message Event { fixed64 time_unix_nano = 1; string name = 2; repeated KeyValue attributes = 3; }
+message Link {
+  bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; repeated KeyValue attributes = 4;
+}
+message Status { string message = 2; int32 code = 3; }
+message Span {
+  bytes trace_id = 1; bytes span_id = 2; string trace_state = 3; bytes parent_span_id = 4; string name = 5;
+  int32 kind = 6; fixed64 start_time_unix_nano = 7; fixed64 end_time_unix_nano = 8;
+  repeated KeyValue attributes = 9; repeated Event events = 11; repeated Link links = 13; Status status = 15;
+}
+message ScopeSpans { Scope scope = 1; repeated Span spans = 2; }
+message ResourceSpans { Resource resource = 1; repeated ScopeSpans scope_spans = 2; }
+message Request { repeated ResourceSpans resource_spans = 1; uint64 tw_index = 1000; }
+"""
+
+_VALUE = (
+    "Tuple(value Enum8('none'=0,'string_value'=1,'bool_value'=2,'int_value'=3,'double_value'=4,"
+    "'array_value'=5,'kvlist_value'=6,'bytes_value'=7), string_value String, bool_value Bool, "
+    "int_value Int64, double_value Float64, array_value String, kvlist_value String, bytes_value String)"
+)
+_KVS = f"Array(Tuple(key String, value {_VALUE}))"
+_STRUCTURE = (
+    f"resource_spans Array(Tuple(resource Tuple(attributes {_KVS}), scope_spans Array(Tuple("
+    "scope Tuple(name String, version String), spans Array(Tuple(trace_id String, span_id String, "
+    "trace_state String, parent_span_id String, name String, kind Int32, start_time_unix_nano UInt64, "
+    f"end_time_unix_nano UInt64, attributes {_KVS}, "
+    f"events Array(Tuple(time_unix_nano UInt64, name String, attributes {_KVS})), "
+    f"links Array(Tuple(trace_id String, span_id String, trace_state String, attributes {_KVS})), "
+    "status Tuple(message String, code Int32))))))), tw_index UInt64"
+)
+_SETTINGS = {
+    "format_schema_source": "string",
+    "format_schema_message_name": "Request",
+    "input_format_protobuf_oneof_presence": 1,
+}
+_INDEX_TAG = _VarintBytes(1000 << 3)
+
+
+def _as_string(v: str) -> str:
+    return (
+        f"multiIf({v}.value = 'string_value', {v}.string_value, "
+        f"{v}.value = 'int_value', toString({v}.int_value), "
+        f"{v}.value = 'bool_value', if({v}.bool_value, 'true', 'false'), "
+        f"{v}.value = 'double_value', toString({v}.double_value), "
+        f"{v}.value = 'bytes_value', base64Encode({v}.bytes_value), '')"
+    )
+
+
+def _needs_python(kvs: str) -> str:
+    # Go JSON for arrays/maps and Go's exponent form (1e+21) are not ClickHouse's toString.
+    return (
+        "arrayExists(a -> a.value.value IN ('array_value', 'kvlist_value') "
+        "OR (a.value.value = 'double_value' "
+        f"AND NOT (a.value.double_value = 0 OR (abs(a.value.double_value) >= 1e-6 "
+        f"AND abs(a.value.double_value) < 1e21))), {kvs})"
+    )
+
+
+def _map(kvs: str) -> str:
+    return (
+        f"CAST((arrayMap(a -> a.key, {kvs}), arrayMap(a -> {_as_string('a.value')}, {kvs})), "
+        "'Map(LowCardinality(String), String)')"
+    )
+
+
+def _hex_id(expr: str, size: int) -> str:
+    return f"if({expr} = '' OR {expr} = repeat('\\0', {size}), '', lower(hex({expr})))"
+
+
+_COLUMNS = ", ".join(f"`{name}`" for name in TRACES_ARROW_SCHEMA.names)
+_SELECT = f"""SELECT
+  fromUnixTimestamp64Nano(toInt64(sp.start_time_unix_nano)),
+  lower(hex(sp.trace_id)),
+  lower(hex(sp.span_id)),
+  {_hex_id("sp.parent_span_id", 8)},
+  sp.trace_state,
+  sp.name,
+  transform(sp.kind, [0, 1, 2, 3, 4, 5],
+            ['Unspecified', 'Internal', 'Server', 'Client', 'Producer', 'Consumer'], ''),
+  ResourceAttributes['service.name'],
+  ResourceAttributes,
+  ss.scope.name,
+  ss.scope.version,
+  {_map("sp.attributes")},
+  sp.end_time_unix_nano - sp.start_time_unix_nano,
+  transform(sp.status.code, [0, 1, 2], ['Unset', 'Ok', 'Error'], ''),
+  sp.status.message,
+  arrayMap(e -> fromUnixTimestamp64Nano(toInt64(e.time_unix_nano)), sp.events),
+  arrayMap(e -> e.name, sp.events),
+  arrayMap(e -> {_map("e.attributes")}, sp.events),
+  arrayMap(l -> {_hex_id("l.trace_id", 16)}, sp.links),
+  arrayMap(l -> {_hex_id("l.span_id", 8)}, sp.links),
+  arrayMap(l -> l.trace_state, sp.links),
+  arrayMap(l -> {_map("l.attributes")}, sp.links)
+FROM file({{path:String}}, 'Protobuf', {{structure:String}})
+ARRAY JOIN resource_spans AS rs
+ARRAY JOIN rs.scope_spans AS ss
+ARRAY JOIN ss.spans AS sp
+WHERE tw_index NOT IN {{python:Array(UInt64)}}"""
+_SELECT = _SELECT.replace(
+    "ResourceAttributes['service.name'],\n  ResourceAttributes,",
+    f"{_map('rs.resource.attributes')}['service.name'],\n  {_map('rs.resource.attributes')},",
+)
+_FALLBACK = f"""SELECT DISTINCT tw_index
+FROM file({{path:String}}, 'Protobuf', {{structure:String}})
+ARRAY JOIN resource_spans AS rs
+ARRAY JOIN rs.scope_spans AS ss
+ARRAY JOIN ss.spans AS sp
+WHERE {_needs_python("rs.resource.attributes")} OR {_needs_python("sp.attributes")}
+   OR arrayExists(e -> {_needs_python("e.attributes")}, sp.events)
+   OR arrayExists(l -> {_needs_python("l.attributes")}, sp.links)"""
+
+
+class NativeInserter:
+    """Inserts validated OTLP request bodies with ClickHouse's Protobuf input (embedded stores)."""
+
+    def __init__(self, store: Store, work_dir: Path | None = None, table: str = TRACES_TABLE) -> None:
+        self.store = store
+        self.table = table
+        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+        self.python_requests = 0
+
+    @staticmethod
+    def supported(store: Store) -> bool:
+        """Only the embedded engine reads a file this process wrote; servers use the Arrow path."""
+        return store.embedded
+
+    def insert(self, bodies: Sequence[bytes]) -> None:
+        """Insert every span of ``bodies`` (serialized, already validated ExportTraceServiceRequests)."""
+        if not bodies:
+            return
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix="otlp-batch-", suffix=".binpb", dir=self.work_dir)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                for index, body in enumerate(bodies):
+                    record = body + _INDEX_TAG + _VarintBytes(index)
+                    handle.write(_VarintBytes(len(record)))
+                    handle.write(record)
+            params = {"path": name, "structure": _STRUCTURE}
+            settings = {**_SETTINGS, "format_schema": _SCHEMA}
+            fallback = sorted(
+                int(row[0]) for row in self.store.query_rows(_FALLBACK, params, settings=settings)
+            )
+            self.store.command(
+                f"INSERT INTO {self.store.table(self.table)} ({_COLUMNS}) {_SELECT}",
+                {**params, "python": fallback},
+                settings=settings,
+            )
+            if fallback:
+                self.python_requests += len(fallback)
+                tables = [request_to_arrow(decode_protobuf(bodies[i])).table for i in fallback]
+                self.store.insert_arrow(self.table, pa.concat_tables(tables).combine_chunks())
+        finally:
+            os.unlink(name)
+
+
+def self_test(store: Store, sample: Sequence[bytes], work_dir: Path | None = None) -> str | None:
+    """Insert ``sample`` both ways into a scratch table and compare; None when identical, else why."""
+    scratch = "tailwatch_native_insert_check"
+    target = store.table(scratch)
+    try:
+        store.command(f"DROP TABLE IF EXISTS {target}")
+        store.command(f"CREATE TABLE {target} AS {store.table(TRACES_TABLE)} ENGINE = Memory")
+        NativeInserter(store, work_dir, table=scratch).insert(sample)
+        native = store.query_arrow(f"SELECT * FROM {target} ORDER BY TraceId, SpanId")
+        store.command(f"TRUNCATE TABLE {target}")
+        expected = pa.concat_tables([request_to_arrow(decode_protobuf(b)).table for b in sample])
+        store.insert_arrow(scratch, expected)
+        python = store.query_arrow(f"SELECT * FROM {target} ORDER BY TraceId, SpanId")
+    except Exception as exc:
+        return f"native insert failed: {' '.join(str(exc).split())[:300]}"
+    finally:
+        try:
+            store.command(f"DROP TABLE IF EXISTS {target}")
+        except Exception:  # the check's own cleanup must not mask its answer
+            log.debug("could not drop %s", scratch, exc_info=True)
+    if native.num_rows != python.num_rows:
+        return f"native insert wrote {native.num_rows} rows, the Python mapping {python.num_rows}"
+    for name in python.column_names:
+        if not native.column(name).equals(python.column(name)):
+            return f"native insert differs from the Python mapping in column {name}"
+    return None
+
+
+def native_sample() -> bytes:
+    """A request exercising every value kind and column, for :func:`self_test`."""
+
+    def kv(key: str, **value: object) -> KeyValue:
+        return KeyValue(key=key, value=AnyValue(**value))  # type: ignore[arg-type]
+
+    scalars = [
+        kv("s", string_value="text <&> ü"),
+        kv("empty", string_value=""),
+        kv("i", int_value=-9_007_199_254_740_993),
+        kv("zero", int_value=0),
+        kv("t", bool_value=True),
+        kv("f", bool_value=False),
+        kv("d", double_value=0.1),
+        kv("d1", double_value=1.0),
+        kv("dneg", double_value=-2.5e-5),
+        kv("dbig", double_value=123456789012345680000.0),
+        kv("b", bytes_value=b"\x00\xff\x10"),
+        KeyValue(key="unset"),
+    ]
+    complex_values = [
+        kv("arr", array_value=ArrayValue(values=[AnyValue(int_value=1), AnyValue(string_value="x")])),
+        kv("map", kvlist_value=KeyValueList(values=[kv("z", double_value=1e22), kv("a", bool_value=True)])),
+        kv("huge", double_value=1e300),
+    ]
+    request = ExportTraceServiceRequest()
+    for r, service in enumerate(("svc-a", None)):
+        rs = request.resource_spans.add()
+        if service:
+            rs.resource.attributes.extend([kv("service.name", string_value=service), *scalars[:3]])
+        for c in range(2):
+            ss = rs.scope_spans.add()
+            ss.scope.name = f"scope-{c}" if c else ""
+            ss.scope.version = "1.0" if c else ""
+            for n in range(4):
+                seed = r * 100 + c * 10 + n + 1
+                span = ss.spans.add(
+                    trace_id=bytes([seed]) * 16,
+                    span_id=bytes([seed, 1]) * 4,
+                    parent_span_id=bytes([seed, 2]) * 4 if n % 2 else (bytes(8) if n == 2 else b""),
+                    trace_state="k=v" if n == 1 else "",
+                    name=f"span {seed}",
+                    kind=(n + c + r) % 7,
+                    start_time_unix_nano=1_700_000_000_000_000_000 + seed,
+                    end_time_unix_nano=1_700_000_000_000_000_000 + seed * 1000,
+                )
+                span.status.code = (n + r) % 4
+                span.status.message = "failed" if n == 3 else ""
+                span.attributes.extend(scalars if n != 3 else [*scalars[:2], complex_values[(r + c) % 3]])
+                if n == 1:
+                    event = span.events.add(time_unix_nano=1_700_000_000_000_000_500 + seed, name="retry")
+                    event.attributes.extend(scalars[2:5])
+                    span.events.add(time_unix_nano=1_700_000_000_000_000_600, name="no attrs")
+                if n == 2:
+                    span.links.add(trace_id=bytes([seed]) * 16, span_id=bytes([9]) * 8, trace_state="x=y")
+                    span.links.add(trace_id=bytes(16), span_id=bytes(8)).attributes.extend(scalars[4:7])
+    return request.SerializeToString()

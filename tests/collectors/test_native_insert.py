@@ -1,0 +1,122 @@
+"""ClickHouse-side mapping of raw OTLP protobuf: identical rows to the Python (Arrow) mapping."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from starlette.testclient import TestClient
+
+from collectors.native_insert import NativeInserter, native_sample, self_test
+from collectors.otlp_decode import request_to_arrow, validate_request
+from collectors.pipeline import IngestPipeline
+from collectors.receiver import create_http_app
+from collectors.settings import PipelineSettings
+from collectors.spans import read_spans
+from collectors.store import Store
+from tests.collectors.otlp_samples import kv, make_request
+
+
+def test_native_mapping_matches_python_mapping(store: Store) -> None:
+    request, _ = make_request(50, seed=5, attributes=18)
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[0].attributes.append(kv("tiny", 2.5e-9))  # Go exponent form: handled by the Python path
+    spans[1].attributes.append(kv("bytes", b"\x00\x01\xfe"))
+    assert (
+        self_test(
+            store,
+            [native_sample(), request.SerializeToString(), make_request(3, seed=6)[0].SerializeToString()],
+        )
+        is None
+    )
+
+
+_FUZZ = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+_values = st.one_of(
+    st.text(max_size=8),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+    st.binary(max_size=6),
+)
+
+
+@_FUZZ
+@given(st.lists(st.dictionaries(st.text(max_size=6), _values, max_size=5), min_size=1, max_size=6))
+def test_fuzzed_attribute_values_map_identically(
+    store: Store, attribute_sets: list[dict[str, object]]
+) -> None:
+    request, _ = make_request(len(attribute_sets), seed=len(attribute_sets), attributes=0)
+    for span, attrs in zip(request.resource_spans[0].scope_spans[0].spans, attribute_sets, strict=True):
+        span.attributes.extend(kv(k, v) for k, v in attrs.items())
+    assert self_test(store, [request.SerializeToString()]) is None
+
+
+def test_validate_request_agrees_with_the_mapping() -> None:
+    request, _ = make_request(6, seed=8)
+    spans = request.resource_spans[0].scope_spans[0].spans
+    spans[1].trace_id = b"\x01" * 3
+    spans[4].end_time_unix_nano = spans[4].start_time_unix_nano - 1
+    spans.add(
+        trace_id=b"\x02" * 16, span_id=b"\x03" * 8, start_time_unix_nano=1, end_time_unix_nano=2
+    ).links.add(trace_id=b"\x04" * 5)
+    full = request_to_arrow(request)
+    copy = ExportTraceServiceRequest.FromString(request.SerializeToString())
+    received, rejected, message = validate_request(copy)
+    assert (
+        (received, rejected, message) == (full.received, full.rejected, full.error_message) == (7, 3, message)
+    )
+    cleaned = request_to_arrow(copy)
+    assert (cleaned.received, cleaned.rejected) == (4, 0)
+    assert cleaned.table.equals(full.table)
+
+
+def test_fallback_requests_go_through_python(store: Store, tmp_path: Path) -> None:
+    inserter = NativeInserter(store, tmp_path)
+    plain, _ = make_request(4, seed=1)
+    nested, _ = make_request(2, seed=2)
+    nested.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="arr").value.array_value.values.add(
+        string_value="x"
+    )
+    inserter.insert([plain.SerializeToString(), nested.SerializeToString()])
+    assert inserter.python_requests == 1
+    rows = {r["SpanId"]: r for r in read_spans(store).to_pylist()}
+    assert len(rows) == 6
+    span_id = nested.resource_spans[0].scope_spans[0].spans[0].span_id.hex()
+    assert dict(rows[span_id]["SpanAttributes"])["arr"] == '["x"]'
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_receiver_rows_are_the_same_either_way(store: Store, tmp_path: Path, native: bool) -> None:
+    pipeline = IngestPipeline(
+        store, PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s", native_insert=native)
+    )
+    pipeline.start()
+    try:
+        assert pipeline.accepts_raw is native
+        request, _ = make_request(5, seed=11)
+        bad = request.resource_spans[0].scope_spans[0].spans.add(trace_id=b"\x01", span_id=b"\x02" * 8)
+        bad.kind = Span.SPAN_KIND_CLIENT
+        with TestClient(create_http_app(pipeline), base_url="http://127.0.0.1") as client:
+            r = client.post(
+                "/v1/traces",
+                content=request.SerializeToString(),
+                headers={"Content-Type": "application/x-protobuf"},
+            )
+            assert r.status_code == 200
+        assert pipeline.flush(10)
+    finally:
+        pipeline.stop()
+    expected = request_to_arrow(request).table.sort_by("SpanId")
+    stored = read_spans(store).sort_by("SpanId")
+    assert stored.num_rows == expected.num_rows == 5
+    for name in ("TraceId", "SpanId", "SpanAttributes", "ResourceAttributes", "Duration", "SpanKind"):
+        assert stored.column(name).to_pylist() == expected.column(name).to_pylist()
