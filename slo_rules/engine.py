@@ -441,6 +441,11 @@ def _release_coupling(rule: ReleaseCouplingRule, ctx: _Context) -> list[Candidat
 def _cold_path(rule: ColdPathStarvationRule, ctx: _Context) -> list[Candidate]:
     start, end = ctx.window(rule.window)
     analysis = ctx.source.analysis(start, end)
+    previous_pending: dict[str, int] = {}
+    if rule.max_pending_growth is not None:
+        before = ctx.source.analysis(start - rule.window, start)
+        for row in _frame(before, "cold_path").iter_rows(named=True):
+            previous_pending[str(row["queue"])] = int(row.get("pending") or 0)
     out: list[Candidate] = []
     for row in _frame(analysis, "cold_path").iter_rows(named=True):
         queue = str(row["queue"])
@@ -451,7 +456,10 @@ def _cold_path(rule: ColdPathStarvationRule, ctx: _Context) -> list[Candidate]:
         pending = int(row.get("pending") or 0)
         reasons = []
         explicit = (
-            rule.max_p99_over_p50 is not None or rule.max_p99_s is not None or rule.max_pending is not None
+            rule.max_p99_over_p50 is not None
+            or rule.max_p99_s is not None
+            or rule.max_pending is not None
+            or rule.max_pending_growth is not None
         )
         if int(row.get("jobs") or 0) >= rule.min_jobs:
             if rule.max_p99_over_p50 is not None and ratio > rule.max_p99_over_p50:
@@ -462,6 +470,12 @@ def _cold_path(rule: ColdPathStarvationRule, ctx: _Context) -> list[Candidate]:
                 reasons.append(f"p99/p50 {ratio:.0f}×")
         if rule.max_pending is not None and pending > rule.max_pending:
             reasons.append(f"{pending} jobs pending (limit {rule.max_pending})")
+        if rule.max_pending_growth is not None and pending > 0:
+            was = previous_pending.get(queue, 0)
+            if pending / max(was, 1) > rule.max_pending_growth:
+                reasons.append(
+                    f"backlog grew from {was} to {pending} pending jobs (limit {rule.max_pending_growth:g}×)"
+                )
         labels = _labels(rule, rule.severity, queue=queue, path="cold")
 
         def annotate(

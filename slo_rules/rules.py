@@ -246,7 +246,8 @@ class ReleaseCouplingRule(_RuleBase, _HotSelector):
 
 
 class ColdPathStarvationRule(_RuleBase):
-    """Enqueue-to-ready of a queue: p99/p50 ratio, p99 limit, pending backlog, or the starved verdict."""
+    """Enqueue-to-ready of a queue: p99/p50 ratio, p99 limit, pending backlog or its growth, or the
+    analytics' starved verdict when no limit is set."""
 
     kind: Literal["cold_path_starvation"]
     queue: Glob = "*"
@@ -254,6 +255,8 @@ class ColdPathStarvationRule(_RuleBase):
     max_p99_over_p50: float | None = Field(default=None, gt=0)
     max_p99_s: float | None = Field(default=None, gt=0)
     max_pending: int | None = Field(default=None, ge=0)
+    # A growing backlog: pending jobs at the window's end over those at the previous window's end.
+    max_pending_growth: float | None = Field(default=None, gt=0)
     min_jobs: int = Field(default=20, ge=1)
 
     def selects(self, queue: str) -> bool:

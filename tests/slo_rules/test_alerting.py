@@ -316,3 +316,16 @@ rules:
     # At the end of the day the latest release (1.3.0) changed nothing: the alert resolves.
     later = evaluate(store, rules, sc.end, dashboard_url=DASH)
     assert [a.fingerprint for a in later.resolved] == [alert.fingerprint] and later.fired == []
+
+
+def test_growing_backlog(store: Store) -> None:
+    cold = b.scenario_cold_queues()
+    insert_spans(store, cold.spans)
+    rules = rules_from_text(
+        "rules:\n  - {name: backlog, kind: cold_path_starvation, window: 1h, max_pending_growth: 2}\n"
+    )
+    result = evaluate(store, rules, cold.end)
+    (alert,) = result.fired
+    assert alert.labels["queue"] == "doc-summaries"  # 5 jobs never consumed; emails has none pending
+    assert "backlog grew from 0 to 5 pending jobs (limit 2×)" in alert.annotations["summary"]
+    assert alert.annotations["pending"] == "5"
