@@ -147,7 +147,12 @@ def attribution_annotations(analysis: Any, service: str, operation: str) -> dict
         ),
         "exemplar_trace_ids": ",".join(str(t) for t in (row.get("exemplar_trace_ids") or [])[:5]),
     }
-    out.update(_llm_signal_annotations(analysis, service, operation, llm_models))
+    signals = _llm_signal_annotations(analysis, service, operation, llm_models)
+    out.update(signals)
+    if verdict in ("llm", "mixed") and signals.get("signals_changed"):
+        # What tells a throttled or crowded model pool from a slow provider, in the first line.
+        out["summary_tail"] += f"; {signals['llm_model']}: {signals['signals_changed']}"
+    out.pop("signals_changed", None)
     return out
 
 
@@ -179,7 +184,19 @@ def _llm_signal_annotations(
     def pair(name: str) -> str:
         return f"{_num(main.get(name + '_baseline'))} → {_num(main.get(name + '_current'))}"
 
+    changed = []
+    for name, label, digits, notable in (
+        ("throttle_rate", "429s", 1, 0.02),
+        ("error_rate", "errors", 1, 0.02),
+        ("retry_rate", "retries", 1, 0.02),
+        ("cold_share", "cold-path share", 0, 0.10),
+    ):
+        was, now = main.get(name + "_baseline"), main.get(name + "_current")
+        if was is not None and now is not None and float(now) - float(was) >= notable:
+            changed.append(f"{label} {fmt_pct(float(was), digits)} → {fmt_pct(float(now), digits)}")
+
     return {
+        "signals_changed": ", ".join(changed),
         "llm_signals": " | ".join(texts),
         "llm_model": _model_name(main.get("provider"), main.get("model")),
         "llm_error_rate": pair("error_rate"),
