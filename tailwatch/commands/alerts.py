@@ -94,7 +94,10 @@ def evaluate_command(
     webhook: str | None,
     dashboard_url: str | None,
 ) -> None:
-    """Evaluate the rules once, record alert state, and deliver the notifications."""
+    """Evaluate the rules once, record alert state, and deliver the notifications.
+
+    Exits 1 when a rule could not be evaluated (its alerts keep their state).
+    """
     at = _parse_time(at_text, "--at") or datetime.now(UTC)
     rules = load_rules(list(rule_files) or None)
     notifiers = _notifiers(webhook)
@@ -114,6 +117,9 @@ def evaluate_command(
     if report is not None:
         click.echo(f"delivery: {report}")
         _report_undelivered(report)
+    if result.errors:
+        # Undelivered notifications are retried later; a rule that could not run needs a person.
+        sys.exit(1)
 
 
 @alerts.command("list")
