@@ -94,3 +94,13 @@ def test_errors_are_one_line(store_dsn: str, tmp_path: Path) -> None:
     )
     proc = _tailwatch("alerts", "evaluate", "--store", store_dsn, "--at", "yesterday")
     assert proc.exit_code == 2 and "is not an ISO 8601 time" in proc.output
+
+
+def test_rule_that_cannot_run_exits_1(store_dsn: str, tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    # A store without traces: the analysis fails, the rule is reported, nothing is resolved.
+    proc = _tailwatch("alerts", "evaluate", "--store", store_dsn, "--rules", str(rules))
+    assert proc.exit_code == 1
+    assert "error    rule chat-p99-regression: " in proc.output
+    assert "1 rule errors" in proc.output
