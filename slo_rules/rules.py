@@ -47,6 +47,7 @@ from slo_rules.errors import RuleError, RuleProblem
 __all__ = [
     "DEFAULT_RULES_PATH",
     "AbandonmentRule",
+    "AnyRule",
     "BurnRateTier",
     "ColdPathStarvationRule",
     "LatencySloRule",
@@ -299,15 +300,16 @@ class RetryAmplificationRule(_RuleBase):
         return fnmatch.fnmatchcase(workflow, self.workflow)
 
 
-Rule: TypeAlias = Annotated[
+AnyRule: TypeAlias = (
     LatencySloRule
     | P99RegressionRule
     | ReleaseCouplingRule
     | ColdPathStarvationRule
     | AbandonmentRule
-    | RetryAmplificationRule,
-    Field(discriminator="kind"),
-]
+    | RetryAmplificationRule
+)
+# The schema of one list entry: ``kind`` selects the model.
+Rule: TypeAlias = Annotated[AnyRule, Field(discriminator="kind")]
 
 
 class Route(_Model):
@@ -333,7 +335,7 @@ def _rule_file_adapter() -> TypeAdapter[_RuleFile]:
 class RuleSet:
     """Validated rules from one or more files, plus the route that groups their notifications."""
 
-    rules: tuple[Any, ...]
+    rules: tuple[AnyRule, ...]
     route: Route = field(default_factory=Route)
     sources: tuple[str, ...] = ()
 
@@ -343,7 +345,7 @@ class RuleSet:
     def names(self) -> list[str]:
         return [rule.name for rule in self.rules]
 
-    def by_name(self, name: str) -> Any:
+    def by_name(self, name: str) -> AnyRule:
         for rule in self.rules:
             if rule.name == name:
                 return rule
@@ -354,19 +356,19 @@ class RuleSet:
 # YAML with line numbers
 
 
-Path_ = tuple[str | int, ...]
+NodePath = tuple[str | int, ...]
 
 
 class _LineMap:
     """Which line each value (by its path of keys and indexes) starts on, 1-based."""
 
     def __init__(self) -> None:
-        self.lines: dict[Path_, int] = {}
-        self.key_lines: dict[Path_, int] = {}
+        self.lines: dict[NodePath, int] = {}
+        self.key_lines: dict[NodePath, int] = {}
 
     def line_for(self, loc: Sequence[str | int]) -> int:
         """The line of the deepest known node on ``loc``; pydantic's union tags are skipped."""
-        path: Path_ = ()
+        path: NodePath = ()
         best = self.lines.get((), 1)
         for part in loc:
             candidate = (*path, part)
@@ -376,7 +378,7 @@ class _LineMap:
         return best
 
 
-def _construct(node: yaml.Node, path: Path_, lines: _LineMap, problems: list[tuple[int, str]]) -> Any:
+def _construct(node: yaml.Node, path: NodePath, lines: _LineMap, problems: list[tuple[int, str]]) -> Any:
     lines.lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
@@ -559,7 +561,7 @@ def _read(path: Path) -> tuple[str | None, list[RuleProblem]]:
 
 def _load(paths: Iterable[Path]) -> tuple[RuleSet | None, list[RuleProblem]]:
     problems: list[RuleProblem] = []
-    rules: list[Any] = []
+    rules: list[AnyRule] = []
     route: Route | None = None
     sources: list[str] = []
     names: dict[str, str] = {}
