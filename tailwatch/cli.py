@@ -13,6 +13,7 @@ from tailwatch.commands import alerts as alerts_commands
 from tailwatch.commands import analyze as analyze_commands
 from tailwatch.commands import collect as collect_commands
 from tailwatch.commands import dashboard as dashboard_commands
+from tailwatch.commands import demo as demo_commands
 from tailwatch.commands import generate as generate_commands
 from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import config as config_commands
@@ -52,4 +53,5 @@ main.add_command(ingest_commands.ingest)
 main.add_command(serve_commands.serve)
 main.add_command(config_commands.config)
 main.add_command(generate_commands.generate)
+main.add_command(demo_commands.demo)
 main.add_command(dashboard_commands.dashboard)
