@@ -21,7 +21,7 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 
 ## demo: run the whole pipeline on the embedded store (spans in, analysis, alerts, dashboards)
 demo: $(STAMP)
-	$(BIN)/tailwatch schema apply
+	$(BIN)/tailwatch demo
 
 ## browser: Debian's Chromium for the dashboard tests and PNG export, when missing
 browser:
