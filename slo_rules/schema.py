@@ -13,6 +13,7 @@ from collectors.schema import DDLContext, Migration
 ALERT_STATE_TABLE = "tailwatch_alert_state"
 ALERT_EVENTS_TABLE = "tailwatch_alert_events"
 OUTBOX_TABLE = "tailwatch_outbox"
+OUTBOX_TTL_DAYS = 30
 
 __all__ = ["ALERT_EVENTS_TABLE", "ALERT_STATE_TABLE", "MIGRATIONS", "OUTBOX_TABLE"]
 
@@ -88,7 +89,8 @@ def _outbox(ctx: DDLContext) -> list[str]:
         body,
         kind="ReplacingMergeTree",
         engine_args="version",
-        tail="ORDER BY (notifier, id)",
+        # Delivered or dead rows are history after a month; pending ones turn dead after a day.
+        tail=f"ORDER BY (notifier, id)\nTTL toDateTime(created_at) + toIntervalDay({OUTBOX_TTL_DAYS})",
     )
 
 

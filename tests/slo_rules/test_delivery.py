@@ -31,7 +31,8 @@ from slo_rules.outbox import enqueue, outbox_rows
 from tailwatch.schema import ensure_all
 from tests.slo_rules.receivers import Received, Receiver
 
-NOW = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+# Outbox rows expire by TTL a month after creation: synthetic times stay near the real clock.
+NOW = datetime.now(UTC).replace(microsecond=0)
 
 
 def _quick(config: NotifierConfig) -> Notifier:
@@ -119,7 +120,7 @@ def test_webhook_is_alertmanager_v4_signed_and_keyed(
         "fingerprint",
     }
     assert alert["endsAt"] == "0001-01-01T00:00:00Z"
-    assert alert["startsAt"] == "2026-11-02T09:00:00.000Z"
+    assert alert["startsAt"] == NOW.strftime("%Y-%m-%dT%H:%M:%S.000Z")
     assert alert["fingerprint"] == f"{1:016x}"
 
 
@@ -129,7 +130,8 @@ def test_no_secret_no_signature(receiver: Receiver) -> None:
     (got,) = receiver.requests
     assert "x-tailwatch-signature" not in got.headers
     alert = got.json()["alerts"][0]
-    assert alert["status"] == "resolved" and alert["endsAt"] == "2026-11-02T09:05:00.000Z"
+    ends = (NOW + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    assert alert["status"] == "resolved" and alert["endsAt"] == ends
 
 
 def test_slack_body(receiver: Receiver) -> None:
