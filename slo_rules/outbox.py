@@ -17,6 +17,7 @@ the newest row per (notifier, id).
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 import time
@@ -27,6 +28,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from collectors.errors import TailwatchError
 from collectors.schema import apply_schema
 from collectors.store import Store
 from slo_rules.notifiers import DeliveryResult, Notification, Notifier, NotifierConfig, build_notifier
@@ -35,6 +37,8 @@ from slo_rules.schema import MIGRATIONS, OUTBOX_TABLE
 __all__ = ["DeliveryReport", "OutboxRow", "deliver", "enqueue", "outbox_rows"]
 
 OutboxStatus = Literal["pending", "delivered", "dead"]
+
+log = logging.getLogger("tailwatch.slo_rules")
 
 _TS = pa.timestamp("ms", tz="UTC")
 _OUTBOX_SCHEMA = pa.schema(
@@ -94,6 +98,7 @@ class DeliveryReport:
     dead: int = 0
     unconfigured: int = 0
     undelivered: list[OutboxRow] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -237,9 +242,18 @@ def deliver(
                 continue
             if row.notifier not in built:
                 factory = notifier_factory or build_notifier
-                built[row.notifier] = factory(configs[row.notifier])
+                try:
+                    built[row.notifier] = factory(configs[row.notifier])
+                except TailwatchError as exc:
+                    # A misconfigured notifier (its secret variable unset) holds back only its own
+                    # rows, which stay pending until the configuration is fixed.
+                    report.errors.append(str(exc))
+                    log.error("notifier %s cannot send: %s", row.notifier, exc)
+                    broken.add(row.notifier)
+                    report.undelivered.append(row)
+                    continue
             report.attempted += 1
-            result = built[row.notifier].send(Notification.from_json(row.notification))
+            result = _send(built[row.notifier], row)
             updated = _after_send(row, result, moment, max_age)
             _write(store, [updated])
             if updated.status == "delivered":
@@ -258,6 +272,17 @@ def deliver(
             if close is not None:
                 close()
     return report
+
+
+def _send(notifier: Notifier, row: OutboxRow) -> DeliveryResult:
+    # Notifiers return results rather than raise; anything else is a defect, retried like a
+    # transient failure so that the row is kept (and gives up after ``max_age``) instead of
+    # stopping every other notification of the drain.
+    try:
+        return notifier.send(Notification.from_json(row.notification))
+    except Exception as exc:
+        log.exception("notifier %s failed on %s", row.notifier, row.id)
+        return DeliveryResult(ok=False, error=f"{type(exc).__name__}: {exc}", retryable=True)
 
 
 def _after_send(row: OutboxRow, result: DeliveryResult, moment: datetime, max_age: timedelta) -> OutboxRow:

@@ -56,6 +56,8 @@ def _webhook_option(func: Any) -> Any:
 
 
 def _report_undelivered(report: DeliveryReport) -> None:
+    for error in report.errors:
+        click.echo(f"error    {error}", err=True)
     for row in report.undelivered:
         when = row.next_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
         state = "dead" if row.status == "dead" else f"retry at {when}"

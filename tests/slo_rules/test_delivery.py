@@ -16,6 +16,7 @@ import pytest
 
 from collectors.store import Store, open_store
 from slo_rules import (
+    DeliveryResult,
     Notification,
     Notifier,
     NotifierConfig,
@@ -322,3 +323,30 @@ def test_kill_mid_delivery_neither_loses_nor_duplicates(store_dsn: str, tmp_path
     assert json.loads("[" + rerun.stdout.split()[1] + "]") == [0]
     with open_store(store_dsn) as store:
         assert {r.status for r in outbox_rows(store)} == {"delivered"}
+
+
+def test_a_misconfigured_notifier_holds_back_only_its_own_rows(store: Store, receiver: Receiver) -> None:
+    ok = WebhookConfig(receiver.url, name="ok")
+    unset = PagerDutyConfig("TW_UNSET_KEY", url=receiver.url, name="pd")
+    enqueue(store, [(unset, _notification(1)), (ok, _notification(2))], now=NOW)
+    report = deliver(store, [ok, unset], now=NOW)
+    assert report.delivered == 1 and receiver.keys() == [f"{2:032x}"]
+    assert report.errors == [
+        "notifier 'pd': environment variable TW_UNSET_KEY (the PagerDuty routing key) is not set"
+    ]
+    (waiting,) = outbox_rows(store, status="pending")
+    assert waiting.notifier == "pd" and waiting.attempts == 0
+
+
+def test_a_notifier_that_raises_does_not_stop_the_drain(store: Store) -> None:
+    class Exploding:
+        name, kind = "boom", "webhook"
+
+        def send(self, notification: Notification) -> DeliveryResult:
+            raise RuntimeError("defect")
+
+    config = WebhookConfig("http://127.0.0.1:9", name="boom")
+    enqueue(store, [(config, _notification(i)) for i in range(2)], now=NOW)
+    report = deliver(store, [config], now=NOW, force=True, notifier_factory=lambda c: Exploding())
+    assert report.attempted == 2 and report.retrying == 2
+    assert {r.last_error for r in outbox_rows(store)} == {"RuntimeError: defect"}
