@@ -10,8 +10,11 @@ realistic spans (10–20 attributes) over loopback from several keep-alive conne
 
 Modes:
 
-* ``columnar`` — tailwatch's receiver as shipped: Arrow columns built straight from the decoded
-  messages, fsync'd spool before the 200, 10k-row / 1 s batches.
+* ``native`` — tailwatch's receiver as shipped on an embedded store: the receiver validates the
+  spans and spools the raw request (fsync before the 200); ClickHouse parses and maps the batched
+  requests itself (Protobuf input format + ARRAY JOIN), 10k-row / 1 s batches.
+* ``arrow`` — the same receiver with ``native_insert=False`` (what a ClickHouse server store uses):
+  Arrow columns built straight from the decoded messages, spooled as Arrow IPC.
 * ``baseline`` — the straightforward receiver: decode, one Python dict per span, buffer the rows and
   insert them with the client's row insert every 10k rows / 1 s (no spool, so it is the cheaper of
   the two on paper).
@@ -170,12 +173,12 @@ def _bench_routes(store: Any) -> list[Any]:
     return [Route("/bench/count", count), Route("/bench/rss", rss)]
 
 
-def _serve_columnar(store: Any, spool: Path) -> None:
+def _serve_columnar(store: Any, spool: Path, native: bool) -> None:
     from collectors.pipeline import IngestPipeline
     from collectors.receivers import Receivers
     from collectors.settings import PipelineSettings
 
-    pipeline = IngestPipeline(store, PipelineSettings.from_env(spool_dir=spool))
+    pipeline = IngestPipeline(store, PipelineSettings.from_env(spool_dir=spool, native_insert=native))
     pipeline.start()
     receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None, extra_routes=_bench_routes(store))
     receivers.start()
@@ -308,8 +311,8 @@ def serve(mode: str, dsn: str, spool: Path) -> None:
     from collectors.store import open_store
 
     with open_store(dsn) as store:
-        if mode == "columnar":
-            _serve_columnar(store, spool)
+        if mode in ("native", "arrow"):
+            _serve_columnar(store, spool, native=mode == "native")
         else:
             _serve_baseline(store)
 
@@ -406,7 +409,7 @@ def run_mode(mode: str, bodies: list[bytes], clients: int) -> Result:
             seconds = time.perf_counter() - started
             usage = http.get(base + "/bench/rss").json()
             rss_kib, cpu_s = usage["peak_rss_kib"], usage["cpu_s"] - cpu_before
-            if os.environ.get("BENCH_METRICS") and mode == "columnar":
+            if os.environ.get("BENCH_METRICS") and mode != "baseline":
                 for metric_line in http.get(base + "/metrics").text.splitlines():
                     if metric_line.startswith(
                         (
@@ -445,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=307_200, help="spans per mode (multiple of 512)")
     parser.add_argument("--clients", type=int, default=8, help="concurrent keep-alive connections")
-    parser.add_argument("--modes", default="columnar,baseline")
+    parser.add_argument("--modes", default="native,arrow,baseline")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)

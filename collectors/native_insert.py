@@ -96,16 +96,6 @@ def _as_string(v: str) -> str:
     )
 
 
-def _needs_python(kvs: str) -> str:
-    # Go JSON for arrays/maps and Go's exponent form (1e+21) are not ClickHouse's toString.
-    return (
-        "arrayExists(a -> a.value.value IN ('array_value', 'kvlist_value') "
-        "OR (a.value.value = 'double_value' "
-        f"AND NOT (a.value.double_value = 0 OR (abs(a.value.double_value) >= 1e-6 "
-        f"AND abs(a.value.double_value) < 1e21))), {kvs})"
-    )
-
-
 def _map(kvs: str) -> str:
     return (
         f"CAST((arrayMap(a -> a.key, {kvs}), arrayMap(a -> {_as_string('a.value')}, {kvs})), "
@@ -151,14 +141,29 @@ _SELECT = _SELECT.replace(
     "ResourceAttributes['service.name'],\n  ResourceAttributes,",
     f"{_map('rs.resource.attributes')}['service.name'],\n  {_map('rs.resource.attributes')},",
 )
-_FALLBACK = f"""SELECT DISTINCT tw_index
+# The fallback check reads only what it needs: a structure without strings skips most bytes, and
+# flattening every attribute of a request into one array avoids a per-span ARRAY JOIN.
+_CHECK_VALUE = "Array(Tuple(value Tuple(value Enum8('none'=0,'string_value'=1,'bool_value'=2,'int_value'=3,"
+_CHECK_VALUE += "'double_value'=4,'array_value'=5,'kvlist_value'=6,'bytes_value'=7), double_value Float64, "
+_CHECK_VALUE += "array_value String, kvlist_value String)))"
+_CHECK_STRUCTURE = (
+    f"resource_spans Array(Tuple(resource Tuple(attributes {_CHECK_VALUE}), scope_spans Array(Tuple("
+    f"spans Array(Tuple(attributes {_CHECK_VALUE}, events Array(Tuple(attributes {_CHECK_VALUE})), "
+    f"links Array(Tuple(attributes {_CHECK_VALUE})))))))), tw_index UInt64"
+)
+_ALL_VALUES = (
+    "arrayConcat(arrayFlatten(resource_spans.resource.attributes.value.{f}), "
+    "arrayFlatten(resource_spans.scope_spans.spans.attributes.value.{f}), "
+    "arrayFlatten(resource_spans.scope_spans.spans.events.attributes.value.{f}), "
+    "arrayFlatten(resource_spans.scope_spans.spans.links.attributes.value.{f}))"
+)
+_FALLBACK = f"""SELECT tw_index
 FROM file({{path:String}}, 'Protobuf', {{structure:String}})
-ARRAY JOIN resource_spans AS rs
-ARRAY JOIN rs.scope_spans AS ss
-ARRAY JOIN ss.spans AS sp
-WHERE {_needs_python("rs.resource.attributes")} OR {_needs_python("sp.attributes")}
-   OR arrayExists(e -> {_needs_python("e.attributes")}, sp.events)
-   OR arrayExists(l -> {_needs_python("l.attributes")}, sp.links)"""
+WHERE arrayExists(
+    (v, d) -> v IN ('array_value', 'kvlist_value')
+        OR (v = 'double_value' AND NOT (d = 0 OR (abs(d) >= 1e-6 AND abs(d) < 1e21))),
+    {_ALL_VALUES.format(f="value")},
+    {_ALL_VALUES.format(f="double_value")})"""
 
 
 class NativeInserter:
@@ -189,8 +194,9 @@ class NativeInserter:
                     handle.write(record)
             params = {"path": name, "structure": _STRUCTURE}
             settings = {**_SETTINGS, "format_schema": _SCHEMA}
+            check = {**params, "structure": _CHECK_STRUCTURE}
             fallback = sorted(
-                int(row[0]) for row in self.store.query_rows(_FALLBACK, params, settings=settings)
+                int(row[0]) for row in self.store.query_rows(_FALLBACK, check, settings=settings)
             )
             self.store.command(
                 f"INSERT INTO {self.store.table(self.table)} ({_COLUMNS}) {_SELECT}",

@@ -8,6 +8,7 @@ beats ingesting with a surprising default).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ __all__ = [
     "INGEST_TOKEN_ENV",
     "MAX_QUEUE_SPANS_ENV",
     "MAX_REQUEST_BYTES_ENV",
+    "NATIVE_INSERT_ENV",
     "SPOOL_DIR_ENV",
     "PipelineSettings",
     "SettingsError",
@@ -33,6 +35,7 @@ FLUSH_INTERVAL_ENV = "TAILWATCH_FLUSH_INTERVAL_S"
 MAX_QUEUE_SPANS_ENV = "TAILWATCH_MAX_QUEUE_SPANS"
 SPOOL_DIR_ENV = "TAILWATCH_SPOOL_DIR"
 MAX_REQUEST_BYTES_ENV = "TAILWATCH_MAX_REQUEST_BYTES"
+NATIVE_INSERT_ENV = "TAILWATCH_NATIVE_INSERT"
 INGEST_TOKEN_ENV = "TAILWATCH_INGEST_TOKEN"  # noqa: S105 - a variable name, not a secret
 
 DEFAULT_HTTP_ADDRESS = "127.0.0.1:4318"
@@ -80,12 +83,13 @@ class PipelineSettings:
     def from_env(cls, **overrides: Any) -> PipelineSettings:
         """Arguments that are not None win, then ``TAILWATCH_*`` variables, then the defaults."""
         values: dict[str, Any] = {}
-        env_names = {
+        env_names: dict[str, tuple[str, Callable[[str], Any]]] = {
             "batch_rows": (BATCH_ROWS_ENV, int),
             "flush_interval_s": (FLUSH_INTERVAL_ENV, float),
             "max_queue_spans": (MAX_QUEUE_SPANS_ENV, int),
             "spool_dir": (SPOOL_DIR_ENV, Path),
             "max_request_bytes": (MAX_REQUEST_BYTES_ENV, int),
+            "native_insert": (NATIVE_INSERT_ENV, _parse_bool),
         }
         known = {f.name for f in fields(cls)}
         for key in overrides:
@@ -100,8 +104,21 @@ class PipelineSettings:
                 try:
                     values[key] = parse(raw)
                 except ValueError:
-                    raise SettingsError(f"{env}={raw!r} is not a valid {parse.__name__}") from None
+                    kind = getattr(parse, "__name__", "value")
+                    raise SettingsError(f"{env}={raw!r} is not a valid {kind}") from None
         return replace(cls(), **values) if values else cls()
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(text)
+
+
+_parse_bool.__name__ = "boolean (true/false)"
 
 
 def parse_address(value: str, *, what: str) -> tuple[str, int]:

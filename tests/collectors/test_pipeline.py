@@ -67,6 +67,13 @@ def test_settings_validate_and_read_env(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TAILWATCH_FLUSH_INTERVAL_S", "0.5")
     s = PipelineSettings.from_env(max_queue_spans=5_000)
     assert (s.batch_rows, s.flush_interval_s, s.max_queue_spans) == (500, 0.5, 5_000)
+    monkeypatch.setenv("TAILWATCH_NATIVE_INSERT", "off")
+    assert PipelineSettings.from_env().native_insert is False
+    assert PipelineSettings.from_env(native_insert=True).native_insert is True
+    monkeypatch.setenv("TAILWATCH_NATIVE_INSERT", "maybe")
+    with pytest.raises(SettingsError, match="TAILWATCH_NATIVE_INSERT='maybe' is not a valid boolean"):
+        PipelineSettings.from_env()
+    monkeypatch.delenv("TAILWATCH_NATIVE_INSERT")
     monkeypatch.setenv("TAILWATCH_BATCH_ROWS", "lots")
     with pytest.raises(SettingsError, match="TAILWATCH_BATCH_ROWS='lots'"):
         PipelineSettings.from_env()
@@ -76,20 +83,26 @@ def test_batches_by_size_and_by_time(store: Store, tmp_path: Path) -> None:
     writer = SlowWriter(store, 0.0)
     p = IngestPipeline(
         store,
-        PipelineSettings(batch_rows=1_000, flush_interval_s=0.3, spool_dir=tmp_path / "s"),
+        PipelineSettings(batch_rows=1_000, flush_interval_s=3.0, spool_dir=tmp_path / "s"),
         writer=writer,
     )
     p.start()
+
+    def wait_for(rows: int) -> float:
+        started = time.monotonic()
+        while sum(writer.batches) < rows and time.monotonic() - started < 20:
+            time.sleep(0.01)
+        return time.monotonic() - started
+
     try:
         for i in range(10):
             assert p.submit(_table(250, i)).ok
-        deadline = time.monotonic() + 5
-        while sum(writer.batches) < 2_000 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert writer.batches[:2] == [1_000, 1_000]  # size-triggered, before the interval
+        wait_for(2_000)
+        assert writer.batches[:2] == [1_000, 1_000]  # size-triggered, long before the interval
         assert p.submit(_table(10, 99)).ok
-        time.sleep(0.6)
+        waited = wait_for(2_510)
         assert writer.batches[-1] == 510  # the rest went out on the timer
+        assert waited > 1.0
     finally:
         p.stop()
     assert _count(store) == (2_510, 2_510)
