@@ -48,7 +48,8 @@ VIEW_TITLES: Final[dict[View, str]] = {
 MAX_PANELS: Final = 8
 NO_ALERTS_TEXT: Final = "no alerts in this window"
 
-_ROW_HEIGHT = 320
+_ROW_HEIGHT = 320  # pixels per operation panel, gap included
+_ROW_GAP = 95
 _DT_HOVER = "%{x|%Y-%m-%d %H:%M} UTC"
 
 
@@ -197,7 +198,7 @@ def hot_path_figure(analysis: AnalysisFrames) -> go.Figure:
         cols=1,
         specs=[[{"secondary_y": True}] for _ in ops],
         subplot_titles=titles,
-        vertical_spacing=min(0.12, 0.5 / len(ops)),
+        vertical_spacing=_ROW_GAP / (_ROW_HEIGHT * len(ops)),
     )
     for row, (service, operation) in enumerate(ops, start=1):
         series = _of(analysis.hot_path_series, service, operation).sort("bucket_start")
@@ -506,7 +507,7 @@ def abandonment_figure(analysis: AnalysisFrames) -> go.Figure:
         cols=1,
         specs=[[{"secondary_y": True}] for _ in ops],
         subplot_titles=titles,
-        vertical_spacing=min(0.12, 0.5 / len(ops)),
+        vertical_spacing=_ROW_GAP / (_ROW_HEIGHT * len(ops)),
     )
     for row, (service, operation) in enumerate(ops, start=1):
         s = _of(summary, service, operation).row(0, named=True)
@@ -586,7 +587,7 @@ def abandonment_figure(analysis: AnalysisFrames) -> go.Figure:
                 label_y=0.88,
             )
         fig.update_yaxes(
-            title_text="abandoned", tickformat=".0%", rangemode="tozero", row=row, col=1, secondary_y=False
+            title_text="abandoned", tickformat=".1~%", rangemode="tozero", row=row, col=1, secondary_y=False
         )
         fig.update_yaxes(
             title_text="requests",
@@ -628,7 +629,7 @@ def retries_figure(analysis: AnalysisFrames) -> go.Figure:
             "Attempts: observed vs the compounding model",
             "Token amplification (tokens over all attempts / final attempts)",
         ],
-        vertical_spacing=0.18,
+        vertical_spacing=0.26,  # long hop names are drawn slanted under the first row
         horizontal_spacing=0.1,
     )
     for i, w in enumerate(shown.iter_rows(named=True)):
@@ -748,7 +749,7 @@ def retries_figure(analysis: AnalysisFrames) -> go.Figure:
         col=2,
     )
     fig.update_yaxes(title_text="retry rate", tickformat=".0%", rangemode="tozero", row=1, col=1)
-    fig.update_xaxes(title_text="hop", type="category", row=1, col=1)
+    fig.update_xaxes(type="category", automargin=True, row=1, col=1)
     fig.update_yaxes(title_text="× attempts", row=1, col=2)
     fig.update_xaxes(title_text="hops completed", dtick=1, row=1, col=2)
     fig.update_yaxes(title_text="× attempts per logical call", rangemode="tozero", row=2, col=1)
@@ -765,6 +766,7 @@ def retries_figure(analysis: AnalysisFrames) -> go.Figure:
 # --- attribution -----------------------------------------------------------------------------
 
 TOP_SPANS: Final = 8
+EXEMPLARS: Final = 3
 
 
 def attribution_figure(analysis: AnalysisFrames, alerts: pl.DataFrame | None = None) -> go.Figure:
@@ -797,10 +799,10 @@ def attribution_figure(analysis: AnalysisFrames, alerts: pl.DataFrame | None = N
         specs.append([{"type": "table", "colspan": 2}, None])
         titles.append("LLM signals per provider/model: baseline → current")
     # Pixel heights per row: charts get room, tables only what their rows need.
-    pixels = [260] * rows + [70 + 30 * rows]
+    pixels = [260] * rows + [60 + 36 * rows]
     if signals.height:
         pixels.append(70 + 34 * signals.height)
-    gap = 70
+    gap = 120  # room for a row's x-axis title and the next row's two-line headline
     total = sum(pixels) + gap * (len(pixels) - 1)
     fig = make_subplots(
         rows=len(specs),
@@ -916,7 +918,8 @@ def _alerts_for(alerts: pl.DataFrame | None, service: str, operation: str) -> st
 def _exemplar_table(attribution: pl.DataFrame) -> go.Table:
     ops = [_label(s, o) for s, o in zip(attribution["service"], attribution["operation"], strict=True)]
     exemplars = [
-        ", ".join(esc_all((ids or [])[:5])) or "—" for ids in attribution["exemplar_trace_ids"].to_list()
+        ", ".join(esc_all((ids or [])[:EXEMPLARS])) or "—"
+        for ids in attribution["exemplar_trace_ids"].to_list()
     ]
     return go.Table(
         columnwidth=[0.3, 0.12, 0.58],
@@ -981,7 +984,10 @@ def alerts_figure(analysis: AnalysisFrames, alerts: pl.DataFrame | None) -> go.F
     for _fingerprint, group in events.group_by("fingerprint", maintain_order=True):
         first = group.row(0, named=True)
         lane = esc(first["alertname"])
-        where = " · ".join(esc(v) for v in (first.get("service"), first.get("operation")) if v)
+        # What the alert is about: an operation, a queue or a workflow (whichever labels it has).
+        where = " · ".join(
+            esc(first.get(c)) for c in ("service", "operation", "queue", "workflow") if first.get(c)
+        )
         if where:
             lane += f" · {where}"
         lanes.append(lane)

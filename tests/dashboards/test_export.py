@@ -6,9 +6,11 @@ import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
 from collectors.spans import insert_spans
 from collectors.store import Store, open_store
@@ -21,7 +23,9 @@ from dashboards import (
     write_dashboards,
 )
 from dashboards.export import write_pngs
+from tailwatch.cli import main
 from tailwatch.schema import ensure_all
+from tests.analytics.builders import scenario_internal_regression
 from tests.dashboards.frames import HOSTILE, sample_analysis
 from tests.dashboards.traces import END, START, dashboard_spans
 
@@ -82,18 +86,6 @@ def test_png_without_a_browser_is_one_clear_error(tmp_path: Path, monkeypatch: p
         write_pngs(build_figures(sample_analysis()), tmp_path)
 
 
-@pytest.mark.slow
-def test_png_through_kaleido_and_system_chromium(tmp_path: Path) -> None:
-    figures = build_figures(sample_analysis(hostile=True))
-    paths = write_pngs({"hot_path": figures["hot_path"], "alerts": figures["alerts"]}, tmp_path)
-    assert [p.name for p in paths] == ["hot_path.png", "alerts.png"]
-    for path in paths:
-        data = path.read_bytes()
-        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-        assert width == 1400 and height == figures[path.stem].layout.height
-
-
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tailwatch", "dashboard", "export", *args],
@@ -120,16 +112,46 @@ def test_cli_export_html_and_png(store_dsn: str, tmp_path: Path) -> None:
     assert "window 2026-11-02T09:00:00Z → 2026-11-02T10:00:00Z · analysed now" in result.stderr
     index = (out / "index.html").read_text(encoding="utf-8")
     assert 'href="attribution.png"' in index and 'href="attribution.html"' in index
+    for view in VIEWS:  # real images, 1400 px wide (kaleido and the system Chromium)
+        data = (out / f"{view}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, view
+        assert int.from_bytes(data[16:20], "big") == 1400, view
 
 
 def test_cli_errors_are_one_line(store_dsn: str, tmp_path: Path) -> None:
-    bad_format = _cli("--store", store_dsn, "--out", str(tmp_path), "--format", "pdf")
-    assert bad_format.returncode == 2 and "'pdf' is not one of 'html', 'png'" in bad_format.stderr
-    bad_time = _cli("--store", store_dsn, "--out", str(tmp_path), "--start", "yesterday")
-    assert bad_time.returncode == 2 and "'yesterday' is not an ISO 8601 time" in bad_time.stderr
-    empty = _cli(
-        "--store", store_dsn, "--out", str(tmp_path), "--start", "2026-11-02T10:00:00Z",
-        "--end", "2026-11-02T09:00:00Z",
-    )  # fmt: skip
-    assert empty.returncode == 2
-    assert empty.stderr.strip().splitlines()[-1].startswith("tailwatch: error: dashboard window is empty")
+    def run(*args: str) -> Result:
+        argv = ["dashboard", "export", "--store", store_dsn, "--out", str(tmp_path), *args]
+        return CliRunner().invoke(main, argv)
+
+    bad_format = run("--format", "pdf")
+    assert bad_format.exit_code == 2 and "'pdf' is not one of 'html', 'png'" in bad_format.output
+    bad_time = run("--start", "yesterday")
+    assert bad_time.exit_code == 2 and "'yesterday' is not an ISO 8601 time" in bad_time.output
+    empty = run("--start", "2026-11-02T10:00:00Z", "--end", "2026-11-02T09:00:00+00:00")
+    assert empty.exit_code == 2
+    assert empty.output.strip().splitlines()[-1].startswith("tailwatch: error: dashboard window is empty")
+
+
+def test_default_window_is_the_last_24_hours_when_nothing_is_persisted(store: Store, tmp_path: Path) -> None:
+    before = datetime.now(UTC)
+    report = export_dashboards(store, tmp_path)
+    assert report.computed and report.start is not None and report.end is not None
+    assert before <= report.end <= datetime.now(UTC)
+    assert report.end - report.start == timedelta(hours=24)
+    only_end = export_dashboards(store, tmp_path / "e", end=END)
+    assert (only_end.start, only_end.end) == (END - timedelta(hours=24), END)
+
+
+def test_alerts_fired_at_the_window_end_are_on_the_timeline(store: Store, tmp_path: Path) -> None:
+    from slo_rules import evaluate, load_rules
+
+    scenario = scenario_internal_regression(requests=400)
+    insert_spans(store, scenario.spans)
+    # The default pack compares the last hour with the hour before; rules run at the window end.
+    evaluate(store, load_rules(), scenario.end)
+    report = export_dashboards(store, tmp_path, scenario.start, scenario.end)
+    assert report.alerts >= 1
+    page = (tmp_path / "alerts.html").read_text(encoding="utf-8")
+    assert "hot-path-p99-regression" in page and "no alerts in this window" not in page
+    attribution = (tmp_path / "attribution.html").read_text(encoding="utf-8")
+    assert "hot-path-p99-regression (firing, cause internal)" in attribution

@@ -63,6 +63,7 @@ def test_regression_triage_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     verdict = [line for line in _text(book).splitlines() if line.startswith("alert ")]
     assert len(verdict) == 1
     line = verdict[0]
+    assert "(none fired)" not in line, line  # an alert fired and was followed
     # The simulated regressions: an LLM slowdown on support-bot, a db regression on search-api.
     assert ("support-bot POST /reply: cause llm" in line and "verdict llm" in line) or (
         "search-api GET /search: cause internal" in line and "verdict internal" in line
