@@ -188,6 +188,8 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         return _json({"alerts": frame.to_dicts()})
 
     def export_route(request: Request, raw: bytes) -> Response:
+        from dashboards import export_dashboards
+
         body = _request_json(raw)
         start = parse_time(body["start"], "start") if body.get("start") else None
         end = parse_time(body["end"], "end") if body.get("end") else None
@@ -196,7 +198,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             raise _BadRequest("formats: a list of 'html' and/or 'png'")
         staging = Path(tempfile.mkdtemp(prefix="tailwatch-export-"))
         try:
-            report = _stage("dashboards").export_dashboards(
+            report = export_dashboards(
                 api.store, staging, start, end, formats=tuple(formats), conventions=_conventions(api)
             )
             buffer = io.BytesIO()
@@ -267,14 +269,3 @@ def _conventions(api: ServiceApi) -> Any:
     from analytics import Conventions
 
     return Conventions(**api.config.analysis.conventions)
-
-
-def _stage(module: str) -> Any:
-    """A stage package, imported when first used.
-
-    Stage calls go through this untyped handle while the stage packages' public surfaces are still
-    landing; the contract (CONTRACTS.md) fixes their names and signatures.
-    """
-    import importlib
-
-    return importlib.import_module(module)

@@ -513,9 +513,11 @@ def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | No
     out_dir.mkdir(parents=True, exist_ok=True)
     end = now or _now()
     start = end - timedelta(seconds=config.dashboards.window) if config.dashboards.window else None
+    from dashboards import export_dashboards
+
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
     try:
-        report = _stage("dashboards").export_dashboards(
+        report = export_dashboards(
             store,
             staging,
             start,
@@ -701,14 +703,3 @@ class Service:
         if self._service_file is not None:
             self._service_file.unlink(missing_ok=True)
             self._service_file = None
-
-
-def _stage(module: str) -> Any:
-    """A stage package, imported when first used.
-
-    Stage calls go through this untyped handle while the stage packages' public surfaces are still
-    landing; the contract (CONTRACTS.md) fixes their names and signatures.
-    """
-    import importlib
-
-    return importlib.import_module(module)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from collectors.errors import StoreInUseError
 from collectors.store import open_store
 from tailwatch.commands._common import store_option
+
+if TYPE_CHECKING:
+    from dashboards import ExportReport
+    from tailwatch.remote import RemoteExport
 
 
 class _ISOTime(click.ParamType):
@@ -78,8 +83,17 @@ def export(
     from dashboards.export import check_formats
 
     chosen = check_formats(formats)
-    with open_store(store_dsn) as store:
-        report = export_dashboards(store, out_dir, start, end, formats=chosen)
+    report: ExportReport | RemoteExport
+    try:
+        opened = open_store(store_dsn)
+    except StoreInUseError as exc:
+        # A running `tailwatch serve` owns the embedded store: it exports, we unpack the files.
+        from tailwatch import remote
+
+        report = remote.for_store(store_dsn, exc).export_dashboards(out_dir, start, end, chosen)
+    else:
+        with opened as store:
+            report = export_dashboards(store, out_dir, start, end, formats=chosen)
     for path in report.files:
         click.echo(str(path))
     window = f"{report.start:%Y-%m-%dT%H:%M:%SZ} → {report.end:%Y-%m-%dT%H:%M:%SZ}" if report.start else "?"

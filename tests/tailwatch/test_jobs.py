@@ -62,18 +62,23 @@ def test_runs_are_recorded_and_a_failing_job_keeps_running(store: Store, tmp_pat
         assert runner.stop(timeout_s=10)
 
     flaky_runs = _runs(store, "flaky")
-    statuses = [r["status"] for r in sorted(flaky_runs, key=lambda r: r["started_at"])]
+    # A loaded machine may also skip a tick (recorded as skipped); the runs that ran alternate.
+    statuses = [
+        r["status"] for r in sorted(flaky_runs, key=lambda r: r["started_at"]) if r["status"] != "skipped"
+    ]
     assert statuses[:4] == ["error", "ok", "error", "ok"]
     errors = [r for r in flaky_runs if r["status"] == "error"]
     assert errors[0]["error"] == "RuntimeError: upstream exploded"  # one line
-    assert all(r["rows_read"] == 3 for r in flaky_runs)
+    assert all(r["rows_read"] == 3 for r in flaky_runs if r["status"] != "skipped")
     reader = _runs(store, "reader")
+    reader = [r for r in reader if r["status"] != "skipped"]
     assert reader and all(r["status"] == "ok" and r["rows_read"] == 7 for r in reader)
     assert all(r["finished_at"] >= r["started_at"] for r in reader)
 
     sample = registry.get_sample_value
     assert sample("tailwatch_job_runs_total", {"job": "flaky", "status": "error"}) == len(errors)
     assert sample("tailwatch_job_runs_total", {"job": "reader", "status": "ok"}) == len(reader)
+    assert sample("tailwatch_job_runs_total", {"job": "flaky", "status": "ok"}) == statuses.count("ok")
     assert sample("tailwatch_job_rows_read_total", {"job": "reader"}) == 7 * len(reader)
     assert sample("tailwatch_job_duration_seconds_count", {"job": "reader"}) == len(reader)
     assert sample("tailwatch_scheduler_leader", {}) == 1
