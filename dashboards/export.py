@@ -375,7 +375,9 @@ def write_pngs(figures: Mapping[str, go.Figure], out_dir: Path) -> list[Path]:
             jobs, kopts={"path": browser, "mathjax": False}, cancel_on_error=True
         )
     except Exception as exc:  # kaleido raises many kinds (browser launch, timeouts, devtools)
-        first = " ".join(str(exc).split())[:300] or type(exc).__name__
+        # choreographer packs a sentence and install advice into args; the first is the reason.
+        reason = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+        first = " ".join(reason.split())[:300] or type(exc).__name__
         raise PngExportError(f"PNG export through kaleido with {browser} failed: {first}") from None
     missing = [p for p in paths if not p.is_file() or p.stat().st_size == 0]
     if missing:

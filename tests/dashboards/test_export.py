@@ -80,10 +80,15 @@ def test_unknown_format_lists_the_allowed_ones(tmp_path: Path) -> None:
 
 def test_png_without_a_browser_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BROWSER_PATH", str(tmp_path / "no-such-chromium"))
-    with pytest.raises(
-        PngExportError, match=r"BROWSER_PATH=.*no-such-chromium.* is not an executable browser"
-    ):
+    missing = r"BROWSER_PATH=.*no-such-chromium.* is not an executable browser"
+    with pytest.raises(PngExportError, match=missing):
         write_pngs(build_figures(sample_analysis()), tmp_path)
+    # A browser that cannot be launched (here: a program that exits at once) is one sentence too.
+    monkeypatch.setenv("BROWSER_PATH", "/bin/true")
+    failed = r"^PNG export through kaleido with /bin/true failed: \w+"
+    with pytest.raises(PngExportError, match=failed) as info:
+        write_pngs({"alerts": build_figures(sample_analysis())["alerts"]}, tmp_path)
+    assert "\n" not in str(info.value)
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
