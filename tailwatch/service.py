@@ -615,7 +615,8 @@ class Service:
             self.pipeline = IngestPipeline(self.store, settings, registry=self.registry)
             self.pipeline.start()
             token = config.auth.token()
-            api = ServiceApi(self.store, config, token=token, run_job=self._run_job_for_api)
+            run_job = self._run_job_for_api if config.schedule.enabled else None
+            api = ServiceApi(self.store, config, token=token, run_job=run_job)
             self.receivers = Receivers(
                 self.pipeline,
                 http=config.receiver.otlp_http,

@@ -161,3 +161,35 @@ def test_invalid_configuration_fails_at_start_naming_the_key(tmp_path: Path) -> 
     assert proc.returncode == 2
     assert "receiver.otlp_grpc: expected HOST:PORT" in err and "(--otlp-grpc)" in err
     assert "ingest.batch_rows: Input should be greater than 0" in err
+
+
+def test_broken_rule_file_fails_at_start_with_file_and_line(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("rules:\n  - name: x\n    kind: nope\n")
+    path = tmp_path / "tw.toml"
+    path.write_text(
+        '[rules]\nfiles = ["bad.yaml"]\n[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+    )
+    proc = _serve(tmp_path, path, "--store", f"chdb://{tmp_path / 'store'}")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"tailwatch: error: {tmp_path / 'bad.yaml'}:3: rules[0].kind"
+    )
+    # Nothing was left behind: the store was never announced.
+    assert not (tmp_path / "store" / SERVICE_FILE).exists()
+
+
+def test_schedule_disabled_runs_receivers_only(tmp_path: Path) -> None:
+    service = Service(_config(tmp_path, "[schedule]\nenabled = false\n"))
+    service.start()
+    try:
+        assert service.runner is None and service.api_url is not None
+        assert export_rows(service.api_url, _simple_spans(10)) == 10
+        answer = httpx.post(f"{service.api_url}/api/v1/jobs/analyze/run")
+        assert answer.status_code == 409 and "scheduling is disabled" in answer.json()["error"]
+    finally:
+        assert service.stop(timeout_s=10)
+    with open_store("chdb://" + str(tmp_path / "store")) as store:
+        assert store.query_value("SELECT count() FROM otel_traces") == 10
+        assert store.query_value("SELECT count() FROM tailwatch_job_runs") == 0
