@@ -160,3 +160,40 @@ def test_alerts_fired_at_the_window_end_are_on_the_timeline(store: Store, tmp_pa
     assert "hot-path-p99-regression" in page and "no alerts in this window" not in page
     attribution = (tmp_path / "attribution.html").read_text(encoding="utf-8")
     assert "hot-path-p99-regression (firing, cause internal)" in attribution
+
+
+def test_figures_of_a_real_analysis_match_its_frames(filled: Store) -> None:
+    """The same read-back as test_figures, on frames computed by analytics from stored spans."""
+    import polars as pl
+
+    from analytics import analyze
+    from dashboards.style import esc, naive_utc
+
+    analysis = analyze(filled, START, END)
+    figures = build_figures(analysis)
+    hot = figures["hot_path"]
+    for service, operation in analysis.hot_path.select("service", "operation").iter_rows():
+        series = analysis.hot_path_series.filter(
+            (pl.col("service") == service) & (pl.col("operation") == operation)
+        ).sort("bucket_start")
+        (p99,) = [t for t in hot.data if t.name == "p99" and t.customdata[0][1] == esc(operation)]
+        assert list(p99.x) == [naive_utc(v) for v in series["bucket_start"]]
+        assert list(p99.y) == series["p99_ms"].to_list()
+    cold = figures["cold_path"]
+    waits = next(t for t in cold.data if t.name == "queue wait p99")
+    summary = analysis.cold_path.sort(["jobs", "queue"], descending=[True, False])
+    assert list(waits.x) == [esc(q) for q in summary["queue"]]
+    assert list(waits.y) == summary["queue_wait_p99_s"].to_list()
+    rates = [t for t in figures["abandonment"].data if t.type == "bar"]
+    assert sorted(v for t in rates for v in t.y) == sorted(analysis.abandonment["rate"].to_list())
+    observed = next(t for t in figures["retries"].data if t.name == "observed")
+    assert list(observed.y) == analysis.retry_amplification["attempt_amplification"].to_list()
+    split = {
+        (t.customdata[0][1], t.name): t.x[0]
+        for t in figures["attribution"].data
+        if t.type == "bar" and t.customdata[0][2] in ("LLM", "internal")
+    }
+    for row in analysis.attribution.iter_rows(named=True):
+        assert split[(esc(row["operation"]), "LLM")] == row["llm_delta_ms"]
+        assert split[(esc(row["operation"]), "internal")] == row["internal_delta_ms"]
+    assert split[(esc("POST /chat"), "LLM")] > 1000  # the builders' LLM regression: +1200 ms in the tail
