@@ -160,15 +160,17 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 
 def tail_spans_sql(table: str) -> str:
     return f"""
-SELECT TraceId AS trace_id, SpanId AS span_id, any(ParentSpanId) AS parent_id, any(SpanName) AS name,
+SELECT any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id, any(SpanName) AS name,
        any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
        max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns,
        max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
        any({PROVIDER}) AS provider, any({MODEL}) AS model
 FROM {table}
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
+  -- A set of 64-bit hashes: probing it costs far less than hashing every 32-char id into a string set.
+  AND cityHash64(TraceId) IN (SELECT cityHash64(arrayJoin({{ids:Array(String)}})))
   AND TraceId IN {{ids:Array(String)}}
-GROUP BY TraceId, SpanId
+GROUP BY cityHash64(TraceId, SpanId)
 """
 
 
@@ -273,10 +275,18 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
     if spans.is_empty():
         return empty(CRITICAL_PATH_SCHEMA)
     rows: list[tuple[Any, ...]] = []
-    cols = ["span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "is_llm", "provider", "model"]
-    for (trace_id,), group in spans.group_by("trace_id"):
-        for r in _trace_critical_path(list(group.select(cols).iter_rows())):
-            rows.append((trace_id, *r))
+    cols = ["trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "is_llm", "provider", "model"]
+    # One sorted pass instead of a frame per trace: per-group frames cost more than the walk itself.
+    current: str | None = None
+    group: list[tuple[Any, ...]] = []
+    for row in spans.select(cols).sort("trace_id").iter_rows():
+        if row[0] != current:
+            if group and current is not None:
+                rows.extend((current, *r) for r in _trace_critical_path(group))
+            current, group = row[0], []
+        group.append(row[1:])
+    if group and current is not None:
+        rows.extend((current, *r) for r in _trace_critical_path(group))
     return pl.DataFrame(rows, schema=CRITICAL_PATH_SCHEMA, orient="row")
 
 
@@ -404,34 +414,41 @@ def attribute(
 
 
 def llm_signals_sql(table: str) -> str:
-    """Per (window, provider, model): calls, errors, 429s, retries and calls from cold-path work."""
-    in_windows = (
-        "((Timestamp >= {s:DateTime64(9)} AND Timestamp < {e:DateTime64(9)}) "
-        "OR (Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be:DateTime64(9)}))"
+    """Per (window, provider, model): calls, errors, 429s, retries and calls from cold-path work.
+
+    Calls are grouped by logical call (trace, parent, name; 64-bit hash keys): duplicates collapse
+    in ``uniqExact`` of the span id, a group of n attempts holds n − 1 retries (or as many spans
+    carrying a resend count, if more). A call is cold-path work when it is marked cold or its trace
+    has no hot-path root.
+    """
+    windows = (
+        "((Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be_m:DateTime64(9)}) "
+        "OR (Timestamp >= {s:DateTime64(9)} AND Timestamp < {e_m:DateTime64(9)}))"
     )
     return f"""
 WITH hot AS (
-    SELECT DISTINCT TraceId FROM {table}
-    WHERE ((Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}})
-        OR (Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be_m:DateTime64(9)}}))
-      AND {IS_HOT_ROOT}
+    SELECT cityHash64(TraceId) FROM {table} WHERE {windows} AND {IS_HOT_ROOT}
 )
-SELECT w AS window, provider, model, toInt64(count()) AS calls, toInt64(countIf(err)) AS errors,
-       toInt64(countIf(thr)) AS throttled, toInt64(countIf(resend > 0 OR attempt > 1)) AS retries,
-       toInt64(countIf(cold)) AS cold
+SELECT window, provider, model, toInt64(sum(n)) AS calls, toInt64(sum(errors)) AS errors,
+       toInt64(sum(throttled)) AS throttled, toInt64(sum(greatest(n - 1, resent))) AS retries,
+       toInt64(sum(if(cold_marked OR trace_key NOT IN hot, n, 0))) AS cold
 FROM (
-    SELECT *, row_number() OVER (PARTITION BY TraceId, ParentSpanId, SpanName ORDER BY ts) AS attempt
+    SELECT trace_key, any(provider) AS provider, any(model) AS model,
+           multiIf(min(ts) >= {{s:DateTime64(9)}} AND min(ts) < {{e:DateTime64(9)}}, 'current',
+                   min(ts) >= {{bs:DateTime64(9)}} AND min(ts) < {{be:DateTime64(9)}}, 'baseline', '') AS window,
+           uniqExact(span_key) AS n, uniqExactIf(span_key, err) AS errors, uniqExactIf(span_key, thr) AS throttled,
+           uniqExactIf(span_key, resend > 0) AS resent, max(cold_marked) AS cold_marked
     FROM (
-        SELECT TraceId, ParentSpanId, SpanName, min(Timestamp) AS ts,
-               any({PROVIDER}) AS provider, any({MODEL}) AS model, max({ERRORED}) AS err,
-               max({THROTTLED}) AS thr, max({RESEND}) AS resend,
-               max({IS_COLD_MARKED}) OR TraceId NOT IN hot AS cold,
-               if(ts >= {{s:DateTime64(9)}} AND ts < {{e:DateTime64(9)}}, 'current', 'baseline') AS w
+        SELECT cityHash64(TraceId) AS trace_key, cityHash64(ParentSpanId, SpanName) AS call_key,
+               cityHash64(SpanId) AS span_key, Timestamp AS ts,
+               {PROVIDER} AS provider, {MODEL} AS model, {ERRORED} AS err, {THROTTLED} AS thr,
+               {RESEND} AS resend, {IS_COLD_MARKED} AS cold_marked
         FROM {table}
-        WHERE {in_windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
-        GROUP BY TraceId, SpanId, ParentSpanId, SpanName
+        WHERE {windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
     )
+    GROUP BY trace_key, call_key
 )
+WHERE window != ''
 GROUP BY window, provider, model
 """
 

@@ -83,22 +83,22 @@ def jobs_sql(table: str) -> str:
     return f"""
 WITH
 producers AS (
-    SELECT TraceId AS p_trace, SpanId AS p_span, any({QUEUE}) AS queue,
+    SELECT cityHash64(TraceId, SpanId) AS job_key, any({QUEUE}) AS queue,
            min(toUnixTimestamp64Nano(Timestamp)) AS enqueued_ns
     FROM {table}
     WHERE {window} AND {KIND} = 'Producer'
-    GROUP BY TraceId, SpanId
+    GROUP BY job_key
 ),
 consumers AS (
     -- min/max are idempotent, so duplicate consumer spans need no separate dedup.
-    SELECT link.1 AS p_trace, link.2 AS p_span,
+    SELECT cityHash64(link.1, link.2) AS job_key,
            min(toUnixTimestamp64Nano(Timestamp)) AS started_ns,
            max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS ended_ns
     FROM {table}
     ARRAY JOIN if(notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
                   [(TraceId, ParentSpanId)]) AS link
     WHERE {window} AND {KIND} = 'Consumer'
-    GROUP BY p_trace, p_span
+    GROUP BY job_key
 ),
 standalone AS (
     SELECT any({QUEUE}) AS queue, min(toUnixTimestamp64Nano(Timestamp)) AS enqueued_ns,
@@ -106,10 +106,10 @@ standalone AS (
            max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS ended_ns
     FROM {table}
     WHERE {window} AND ParentSpanId = '' AND {KIND} NOT IN ('Producer', 'Consumer') AND {IS_COLD_MARKED}
-    GROUP BY TraceId, SpanId
+    GROUP BY cityHash64(TraceId, SpanId)
 )
 SELECT queue, enqueued_ns, started_ns, ended_ns
-FROM producers LEFT JOIN consumers USING (p_trace, p_span)
+FROM producers LEFT JOIN consumers USING (job_key)
 UNION ALL
 SELECT queue, enqueued_ns, started_ns, ended_ns FROM standalone
 """

@@ -73,23 +73,24 @@ def workflow_spans_sql(table: str) -> str:
     """Every span (deduplicated) of each trace whose workflow span started in [s, e)."""
     return f"""
 WITH wf AS (
-    SELECT TraceId, argMin(SpanId, Timestamp) AS wf_span, argMin({WORKFLOW_NAME}, Timestamp) AS workflow
+    SELECT cityHash64(TraceId) AS trace_key, argMin(SpanId, Timestamp) AS wf_span,
+           argMin({WORKFLOW_NAME}, Timestamp) AS workflow
     FROM {table}
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
-    GROUP BY TraceId
+    GROUP BY trace_key
 )
-SELECT sp.TraceId AS trace_id, sp.SpanId AS span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens,
-       sp.resend, wf.wf_span, wf.workflow
+SELECT sp.trace_id, sp.span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens, sp.resend, wf.wf_span, wf.workflow
 FROM (
-    SELECT TraceId, SpanId, any(ParentSpanId) AS parent_id, any(SpanName) AS name,
+    SELECT cityHash64(TraceId) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
+           any(ParentSpanId) AS parent_id, any(SpanName) AS name,
            min(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toInt64(any({TOKENS})) AS tokens,
            toInt64(any({RESEND})) AS resend
     FROM {table}
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}}
-      AND TraceId IN (SELECT TraceId FROM wf)
-    GROUP BY TraceId, SpanId
+      AND cityHash64(TraceId) IN (SELECT trace_key FROM wf)
+    GROUP BY trace_key, cityHash64(SpanId)
 ) AS sp
-INNER JOIN wf ON sp.TraceId = wf.TraceId
+INNER JOIN wf ON sp.trace_key = wf.trace_key
 """
 
 

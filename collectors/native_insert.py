@@ -174,6 +174,10 @@ class NativeInserter:
         self.table = table
         self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
         self.python_requests = 0
+        if work_dir is not None:
+            # Batch files a killed process left behind: their requests are still in the spool.
+            for stale in self.work_dir.glob("otlp-batch-*.binpb"):
+                stale.unlink(missing_ok=True)
 
     @staticmethod
     def supported(store: Store) -> bool:
