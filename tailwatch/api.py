@@ -264,8 +264,4 @@ def _request_json(raw: bytes) -> dict[str, Any]:
 
 
 def _conventions(api: ServiceApi) -> Any:
-    if not api.config.analysis.conventions:
-        return None
-    from analytics import Conventions
-
-    return Conventions(**api.config.analysis.conventions)
+    return api.config.analysis.conventions_object()

@@ -42,6 +42,7 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -60,6 +61,7 @@ from collectors.errors import StoreError, TailwatchError
 from collectors.store import STORE_ENV, default_store_dsn, parse_dsn
 
 if TYPE_CHECKING:
+    from analytics import Conventions
     from slo_rules import NotifierConfig
 
 __all__ = [
@@ -368,15 +370,33 @@ class AnalysisConfig(_Section):
             return value
         import dataclasses
 
-        try:
-            from analytics import Conventions
-        except ImportError:
-            return value
+        from analytics import Conventions
+
         known = {f.name for f in dataclasses.fields(Conventions)}
         unknown = sorted(set(value) - known)
         if unknown:
             raise ValueError(f"unknown convention {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        return value
+        # TOML arrays arrive as lists (the conventions hold tuples) and durations as strings.
+        durations = {f.name for f in dataclasses.fields(Conventions) if isinstance(f.default, timedelta)}
+        converted: dict[str, Any] = {}
+        for key, item in value.items():
+            if key in durations:
+                converted[key] = timedelta(seconds=parse_duration(item))
+            else:
+                converted[key] = tuple(item) if isinstance(item, list) else item
+        try:
+            Conventions(**converted)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(str(exc)) from None
+        return converted
+
+    def conventions_object(self) -> Conventions | None:
+        """``analytics.Conventions`` with these overrides, or ``None`` for the defaults."""
+        if not self.conventions:
+            return None
+        from analytics import Conventions
+
+        return Conventions(**self.conventions)
 
 
 class DashboardsConfig(_Section):

@@ -462,9 +462,7 @@ def _analyze(ctx: JobContext) -> object:
 
 
 def _conventions(config: TailwatchConfig) -> Conventions | None:
-    if not config.analysis.conventions:
-        return None
-    return Conventions(**config.analysis.conventions)
+    return config.analysis.conventions_object()
 
 
 @dataclass

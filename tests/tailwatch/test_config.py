@@ -251,3 +251,21 @@ def test_notify_entries_become_slo_rules_notifiers(tmp_path: Path) -> None:
     bad = _write(tmp_path, '[[notify.slack]]\nname = "x"\n', "bad.toml")
     with pytest.raises(ConfigError, match=r"notify.slack\[0\]: set exactly one of url or url_env"):
         load_config(bad, env={})
+
+
+def test_analysis_conventions_are_checked_against_the_analytics(tmp_path: Path) -> None:
+    from analytics import Conventions
+
+    path = _write(
+        tmp_path,
+        '[analysis]\nwindow = "30m"\n'
+        'conventions = { min_release_requests = 50, abandon_status_codes = ["499", "408"] }\n',
+    )
+    config = load_config(path, env={})
+    assert config.analysis.window == 1800.0
+    assert config.analysis.conventions_object() == Conventions(
+        min_release_requests=50, abandon_status_codes=("499", "408")
+    )
+    bad = _write(tmp_path, "[analysis]\nconventions = { min_release_request = 50 }\n", "bad.toml")
+    with pytest.raises(ConfigError, match=r"analysis.conventions: unknown convention 'min_release_request'"):
+        load_config(bad, env={})
