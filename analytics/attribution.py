@@ -160,7 +160,8 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 
 def tail_spans_sql(table: str) -> str:
     return f"""
-SELECT any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id, any(SpanName) AS name,
+SELECT any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id,
+       any(SpanName) AS name,
        any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
        max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns,
        max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
@@ -275,7 +276,18 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
     if spans.is_empty():
         return empty(CRITICAL_PATH_SCHEMA)
     rows: list[tuple[Any, ...]] = []
-    cols = ["trace_id", "span_id", "parent_id", "name", "kind", "start_ns", "end_ns", "is_llm", "provider", "model"]
+    cols = [
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "is_llm",
+        "provider",
+        "model",
+    ]
     # One sorted pass instead of a frame per trace: per-group frames cost more than the walk itself.
     current: str | None = None
     group: list[tuple[Any, ...]] = []
@@ -435,8 +447,10 @@ SELECT window, provider, model, toInt64(sum(n)) AS calls, toInt64(sum(errors)) A
 FROM (
     SELECT trace_key, any(provider) AS provider, any(model) AS model,
            multiIf(min(ts) >= {{s:DateTime64(9)}} AND min(ts) < {{e:DateTime64(9)}}, 'current',
-                   min(ts) >= {{bs:DateTime64(9)}} AND min(ts) < {{be:DateTime64(9)}}, 'baseline', '') AS window,
-           uniqExact(span_key) AS n, uniqExactIf(span_key, err) AS errors, uniqExactIf(span_key, thr) AS throttled,
+                   min(ts) >= {{bs:DateTime64(9)}} AND min(ts) < {{be:DateTime64(9)}}, 'baseline',
+                   '') AS window,
+           uniqExact(span_key) AS n, uniqExactIf(span_key, err) AS errors,
+           uniqExactIf(span_key, thr) AS throttled,
            uniqExactIf(span_key, resend > 0) AS resent, max(cold_marked) AS cold_marked
     FROM (
         SELECT cityHash64(TraceId) AS trace_key, cityHash64(ParentSpanId, SpanName) AS call_key,

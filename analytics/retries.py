@@ -79,7 +79,8 @@ WITH wf AS (
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
     GROUP BY trace_key
 )
-SELECT sp.trace_id, sp.span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens, sp.resend, wf.wf_span, wf.workflow
+SELECT sp.trace_id, sp.span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens, sp.resend,
+       wf.wf_span, wf.workflow
 FROM (
     SELECT cityHash64(TraceId) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
            any(ParentSpanId) AS parent_id, any(SpanName) AS name,
