@@ -275,6 +275,8 @@ class JobRunner:
         self._running = 0
         self._idle = threading.Condition()
         self._lease_lock = threading.Lock()
+        # One run per job at a time, also when the API asks for a run while a scheduled one is on.
+        self._job_locks = {name: threading.Lock() for name in self.jobs}
         self._lease_checked = 0.0
         self._leader = False
         self.scheduler = BackgroundScheduler(
@@ -351,7 +353,8 @@ class JobRunner:
             view = _CountingStore(self.store)
             t0 = time.perf_counter()
             try:
-                result = job.func(JobContext(view, self.config, started))
+                with self._job_locks[name]:
+                    result = job.func(JobContext(view, self.config, started))
             except Exception as exc:
                 error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"[:2000]
                 run = JobRun(name, run_id, started, _now(), "error", error, view.rows_read)
