@@ -27,6 +27,7 @@ from google.protobuf.internal.encoder import _VarintBytes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
+from collectors.errors import StoreError
 from collectors.otlp_decode import decode_protobuf, request_to_arrow
 from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE
 from collectors.store import Store
@@ -199,14 +200,24 @@ class NativeInserter:
             params = {"path": name, "structure": _STRUCTURE}
             settings = {**_SETTINGS, "format_schema": _SCHEMA}
             check = {**params, "structure": _CHECK_STRUCTURE}
-            fallback = sorted(
-                int(row[0]) for row in self.store.query_rows(_FALLBACK, check, settings=settings)
-            )
-            self.store.command(
-                f"INSERT INTO {self.store.table(self.table)} ({_COLUMNS}) {_SELECT}",
-                {**params, "python": fallback},
-                settings=settings,
-            )
+            try:
+                # The scan parses every message before anything is inserted, so a request ClickHouse
+                # cannot parse fails here, with nothing written yet.
+                rows = self.store.query_rows(_FALLBACK, check, settings=settings)
+                fallback = sorted(int(row[0]) for row in rows)
+                self.store.command(
+                    f"INSERT INTO {self.store.table(self.table)} ({_COLUMNS}) {_SELECT}",
+                    {**params, "python": fallback},
+                    settings=settings,
+                )
+            except StoreError as exc:
+                # upb accepts some messages ClickHouse's parser refuses (a known field sent with
+                # another wire type is an unknown field to upb). Such a batch must not block the
+                # queue forever: map it in Python; if that insert fails too, the caller retries.
+                log.warning(
+                    "ClickHouse could not map %d requests (%s); using the Python mapping", len(bodies), exc
+                )
+                fallback = list(range(len(bodies)))
             if fallback:
                 self.python_requests += len(fallback)
                 tables = [request_to_arrow(decode_protobuf(bodies[i])).table for i in fallback]

@@ -94,6 +94,21 @@ def test_fallback_requests_go_through_python(store: Store, tmp_path: Path) -> No
     assert dict(rows[span_id]["SpanAttributes"])["arr"] == '["x"]'
 
 
+def test_a_request_clickhouse_cannot_parse_does_not_block_the_queue(store: Store, tmp_path: Path) -> None:
+    request, expected = make_request(3, seed=12)
+    first = request.resource_spans[0].scope_spans[0].spans[0]
+    # Field 9 (attributes) once more with the varint wire type: upb keeps it as an unknown field,
+    # ClickHouse's Protobuf parser refuses the message.
+    first.CopyFrom(Span.FromString(first.SerializeToString() + b"\x48\x01"))
+    good, expected_good = make_request(2, seed=13)
+    inserter = NativeInserter(store, tmp_path)
+    inserter.insert([request.SerializeToString(), good.SerializeToString()])
+    assert inserter.python_requests == 2
+    assert sorted(read_spans(store).column("SpanId").to_pylist()) == sorted(
+        e.span_id for e in expected + expected_good
+    )
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_receiver_rows_are_the_same_either_way(store: Store, tmp_path: Path, native: bool) -> None:
     pipeline = IngestPipeline(
