@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import queue
+import re
 import shutil
 import threading
 import time
@@ -28,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from collectors.errors import TailwatchError
 from collectors.store import Store, open_store, parse_dsn, resolve_dsn
@@ -45,6 +46,7 @@ __all__ = [
     "DEMO_RULES_PATH",
     "DemoError",
     "DemoResult",
+    "ProgressBar",
     "ScenarioOutcome",
     "WebhookSink",
     "format_summary",
@@ -57,6 +59,14 @@ DEMO_RULES_PATH = Path(__file__).with_name("demo_rules.yaml")
 EXPORT_BATCH = 2048
 # Export threads in the generator process: requests in flight while the next spans are built.
 EXPORT_THREADS = 2
+
+
+class ProgressBar(Protocol):
+    """What the demo needs of a progress bar; ``tqdm`` is one."""
+
+    def update(self, n: int) -> object: ...
+
+    def close(self) -> None: ...
 
 
 class DemoError(TailwatchError):
@@ -219,30 +229,49 @@ def _pair(text: str) -> tuple[float, float] | None:
         return None
 
 
+def _fmt_pair(pair: tuple[float, float] | None, raw: str, percent: bool = False) -> str:
+    if pair is None:
+        return raw or "n/a"
+    if percent:
+        return f"{pair[0]:.0%} → {pair[1]:.0%}"
+    return f"{pair[0]:.2f} → {pair[1]:.2f}"
+
+
+def _times(value: str) -> str:
+    try:
+        return f"×{float(value):.2f}"
+    except ValueError:
+        return value or "?"
+
+
 def _evidence(scenario: Scenario, annotations: dict[str, str]) -> tuple[str, bool]:
     """The one fact that tells this scenario apart, read from the alert, and whether it holds."""
     if scenario == "release_coupling":
-        calls = annotations.get("sync_llm_calls_per_request", "")
-        pair = _pair(calls)
-        return f"release {annotations.get('release', '?')}: sync LLM calls/request {calls}", bool(
-            pair and pair[1] - pair[0] >= 0.5
+        raw = annotations.get("sync_llm_calls_per_request", "")
+        pair = _pair(raw)
+        return (
+            f"{annotations.get('release', '?')}: sync LLM calls/request {_fmt_pair(pair, raw)}",
+            bool(pair and pair[1] - pair[0] >= 0.5),
         )
     if scenario == "retry_storm":
         return (
-            f"attempts x{annotations.get('attempt_amplification', '?')}, "
-            f"tokens x{annotations.get('token_amplification', '?')}",
+            f"attempts {_times(annotations.get('attempt_amplification', ''))}, "
+            f"tokens {_times(annotations.get('token_amplification', ''))}",
             True,
         )
-    top = annotations.get("top_spans", "").split(";")[0].strip()
-    share = annotations.get("llm_cold_share", "")
-    pair = _pair(share)
+    # "chat claude-sonnet-4 (llm, anthropic claude-sonnet-4) +3.3 s" -> "chat claude-sonnet-4 +3.3 s"
+    top = re.sub(r"\s*\([^)]*\)", "", annotations.get("top_spans", "").split(";")[0]).strip()
+    raw = annotations.get("llm_cold_share", "")
+    pair = _pair(raw)
+    rising = bool(pair and pair[1] - pair[0] >= 0.1)
     if scenario == "noisy_neighbour":
         # A noisy batch neighbour, not a slow provider: cold work now shares the model.
-        return f"cold-path share of {annotations.get('llm_model', '?')} {share}", bool(
-            pair and pair[1] - pair[0] >= 0.1
+        return (
+            f"{top}; cold share of {annotations.get('llm_model', '?')} {_fmt_pair(pair, raw, True)}",
+            rising,
         )
     if scenario == "llm_slowdown":
-        return f"{top}; cold-path share {share or 'n/a'}", not (pair and pair[1] - pair[0] >= 0.1)
+        return f"{top}; cold share {_fmt_pair(pair, raw, True)}", not rising
     return top, True
 
 
@@ -251,6 +280,7 @@ def match_alerts(
     scenarios: Sequence[Scenario],
     rule_kinds: dict[str, str],
     dashboards_dir: Path,
+    fallback_exemplars: dict[str, str] | None = None,
 ) -> tuple[list[ScenarioOutcome], list[str]]:
     """Per scenario: the firing alerts on its target, the expected kind's cause and evidence, where to
     look; and the alerts that fired on no scenario's target."""
@@ -278,7 +308,9 @@ def match_alerts(
             outcome.summary = annotations.get("summary", "")
             outcome.evidence, outcome.evidence_ok = _evidence(name, annotations)
             exemplars = [t.strip() for t in annotations.get("exemplar_trace_ids", "").split(",") if t.strip()]
-            outcome.exemplar_trace = exemplars[0] if exemplars else ""
+            outcome.exemplar_trace = (
+                exemplars[0] if exemplars else (fallback_exemplars or {}).get(info.operation, "")
+            )
         outcomes.append(outcome)
     unexpected = sorted(
         {
@@ -355,10 +387,10 @@ def run_demo(
     seed: int = 7,
     end: datetime | None = None,
     rules_path: Path = DEMO_RULES_PATH,
-    progress: Callable[[int, int], Callable[[int], None]] | None = None,
+    progress: Callable[[int], ProgressBar] | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> DemoResult:
-    """Runs the demo; ``progress(total_traces, total)`` returns the per-slice callback of a bar."""
+    """Runs the demo; ``progress(estimated_traces)`` opens a bar (e.g. ``tqdm``) for the export."""
     out_dir = out_dir.resolve()
     timings: dict[str, float] = {}
     missing: list[str] = []
@@ -409,9 +441,12 @@ def run_demo(
         with _timed(timings, "dashboards"):
             dashboards = _dashboards(store, dashboards_dir, tl.current_start, tl.end, missing)
         del analysis
+        # Retry alerts carry no exemplar: point at the current window's most retried run.
+        workflow = SCENARIO_INFO["retry_storm"].operation
+        exemplars = {workflow: _most_retried_run(store, workflow, tl.current_start, tl.end)}
 
     outcomes, unexpected = match_alerts(
-        read_alert_lines(alerts_path), workload.scenarios, rule_kinds, dashboards_dir
+        read_alert_lines(alerts_path), workload.scenarios, rule_kinds, dashboards_dir, exemplars
     )
     result = DemoResult(
         out_dir=out_dir,
@@ -459,7 +494,7 @@ def _ingest(
     store: Store,
     workload: Workload,
     spool_dir: Path,
-    progress: Callable[[int, int], Callable[[int], None]] | None,
+    progress: Callable[[int], ProgressBar] | None,
 ) -> ExportStats:
     """Receiver + pipeline on an ephemeral loopback port; a generator process exports to it."""
     from collectors.pipeline import IngestPipeline
@@ -483,7 +518,7 @@ def _ingest(
     try:
         receivers.start()
         endpoint = f"http://127.0.0.1:{receivers.http_port}/v1/traces"
-        update = progress(workload.estimated_traces(), workload.estimated_spans()) if progress else None
+        bar = progress(workload.estimated_traces()) if progress else None
         child = ctx.Process(
             target=_export_process,
             args=(
@@ -504,8 +539,8 @@ def _ingest(
         while stats_dict is None:
             try:
                 started = progress_q.get(timeout=0.2)
-                if update is not None:
-                    update(started)
+                if bar is not None:
+                    bar.update(started)
                 continue
             except queue.Empty:
                 pass
@@ -515,6 +550,8 @@ def _ingest(
                 if not child.is_alive() and results_q.empty():
                     raise DemoError(f"the generator process exited with code {child.exitcode}") from None
         child.join(30)
+        if bar is not None:
+            bar.close()
         if not pipeline.flush(timeout_s=120):
             raise DemoError("the ingest pipeline did not drain within 120 s")
     finally:
@@ -523,6 +560,22 @@ def _ingest(
         progress_q.close()
         results_q.close()
     return ExportStats(**stats_dict)
+
+
+def _most_retried_run(store: Store, workflow: str, start: datetime, end: datetime) -> str:
+    """The trace of ``workflow`` with the most resent attempts in [start, end) ('' if none)."""
+    from collectors.schema import TRACES_TABLE
+
+    table = store.table(TRACES_TABLE)
+    rows = store.query_rows(
+        f"SELECT TraceId, countIf(mapContains(SpanAttributes, 'http.request.resend_count')) AS resends "
+        f"FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} "
+        f"AND TraceId IN (SELECT TraceId FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} "
+        f"AND Timestamp < {{end:DateTime64(9)}} AND SpanAttributes['gen_ai.workflow.name'] = {{wf:String}}) "
+        "GROUP BY TraceId ORDER BY resends DESC, TraceId LIMIT 1",
+        {"start": start, "end": end, "wf": workflow},
+    )
+    return str(rows[0][0]) if rows and rows[0][1] else ""
 
 
 def _analyze(store: Store, start: datetime, end: datetime, missing: list[str]) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -52,12 +51,12 @@ def demo(
     scenarios = parse_scenarios(scenario_names or None)
     bars: list[tqdm[None]] = []
 
-    def progress(total_traces: int, _total_spans: int) -> Callable[[int], None]:
+    def progress(total_traces: int) -> tqdm[None]:
         bar: tqdm[None] = tqdm(
             total=total_traces, unit="trace", desc="generate + export", disable=quiet, leave=False
         )
         bars.append(bar)
-        return bar.update
+        return bar
 
     try:
         result = run_demo(

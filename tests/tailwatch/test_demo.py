@@ -199,7 +199,10 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     by = {row["scenario"]: row for row in summary["outcomes"]}
     assert by["internal_regression"]["cause"] == "internal"
     assert by["llm_slowdown"]["cause"] == "llm"
-    assert by["noisy_neighbour"]["cause"] == "llm" and "cold-path share" in by["noisy_neighbour"]["evidence"]
+    assert (
+        by["noisy_neighbour"]["cause"] == "llm"
+        and "cold share of openai gpt-4o-mini 0% →" in by["noisy_neighbour"]["evidence"]
+    )
     assert by["release_coupling"]["kind"] == "release_coupling"
     assert by["retry_storm"]["kind"] == "retry_amplification"
     views = {Path(p).name for p in summary["dashboards"]}
