@@ -5,17 +5,20 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 import click
 
+from collectors.errors import TailwatchError
 from collectors.settings import (
     DEFAULT_GRPC_ADDRESS,
     DEFAULT_HTTP_ADDRESS,
     INGEST_TOKEN_ENV,
     SPOOL_DIR_ENV,
     PipelineSettings,
+    parse_address,
 )
 from collectors.store import StoreLocation, open_store, parse_dsn, resolve_dsn
 from tailwatch.commands._common import store_option
@@ -98,14 +101,14 @@ def collect(
         max_queue_spans=max_queue_spans,
         spool_dir=spool,
     )
-    if no_spool:
-        settings = PipelineSettings(
-            batch_rows=settings.batch_rows,
-            flush_interval_s=settings.flush_interval_s,
-            max_queue_spans=settings.max_queue_spans,
-            spool_dir=None,
-            max_request_bytes=settings.max_request_bytes,
-        )
+    if no_spool:  # explicit: also over TAILWATCH_SPOOL_DIR
+        settings = replace(settings, spool_dir=None)
+    http, grpc = _address(otlp_http), _address(otlp_grpc)
+    # Addresses are checked before the store and spool are opened, so a typo costs nothing.
+    if http:
+        parse_address(http, what="the OTLP/HTTP address")
+    if grpc:
+        parse_address(grpc, what="the OTLP/gRPC address")
     token = os.environ.get(INGEST_TOKEN_ENV, "").strip() or None
     stop = threading.Event()
 
@@ -119,9 +122,12 @@ def collect(
             pipeline.start()
             if pipeline.replayed:
                 click.echo(f"tailwatch collect: replayed {pipeline.replayed} spans from the spool", err=True)
-            receivers = Receivers(pipeline, http=_address(otlp_http), grpc=_address(otlp_grpc), token=token)
+            receivers = Receivers(pipeline, http=http, grpc=grpc, token=token)
             try:
-                receivers.start()
+                try:
+                    receivers.start()
+                except OSError as exc:  # a taken port or an unknown host: one line, not a traceback
+                    raise TailwatchError(str(exc)) from None
                 if receivers.http_address:
                     host = receivers.http_address[0]
                     click.echo(
