@@ -25,7 +25,7 @@ def _runs(store: Store, job: str) -> list[dict[str, object]]:
     return [r for r in recent_job_runs(store, 1000) if r["job"] == job]
 
 
-def _wait(predicate, timeout: float = 15.0) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
