@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +61,7 @@ class IngestReport:
         return [f"{f.path}: {e}" for f in self.files for e in f.errors]
 
 
-def _open(path: Path) -> IO[bytes]:
-    raw = path.open("rb")
+def _open(raw: IO[bytes]) -> IO[bytes]:
     magic = raw.read(2)
     raw.seek(0)
     if magic == _GZIP_MAGIC:
@@ -69,28 +69,36 @@ def _open(path: Path) -> IO[bytes]:
     return raw
 
 
-def _requests(path: Path, report: FileReport) -> Iterator[bytes | tuple[str, bytes]]:
-    """Yield raw protobuf bodies or ("json", line) pairs, after sniffing the format."""
-    with _open(path) as handle:
-        head = handle.read(64)
-        stripped = head.lstrip()
+def _requests(handle: IO[bytes], report: FileReport) -> Iterator[bytes | tuple[str, bytes]]:
+    """Yield raw protobuf bodies or ("json", text) pairs, after sniffing the format.
+
+    JSON lines are streamed line by line, so a large Collector file-exporter output is never held
+    whole; a single JSON document or protobuf message has to be read whole anyway.
+    """
+    head = handle.read(64)
+    handle.seek(0)
+    if head.lstrip().startswith(b"{"):
+        first = handle.readline()
+        rest_starts = handle.read(1)
+        if rest_starts:
+            try:
+                decode_json(first)
+            except OtlpDecodeError:
+                pass  # a pretty-printed document: its first line is not a whole object
+            else:
+                report.format = "otlp-json-lines"
+                yield ("json", first)
+                pending = rest_starts + handle.readline()
+                while pending:
+                    if pending.strip():
+                        yield ("json", pending)
+                    pending = handle.readline()
+                return
         handle.seek(0)
-        if stripped.startswith(b"{"):
-            data = handle.read()
-            lines = [line for line in data.splitlines() if line.strip()]
-            if len(lines) > 1 and all(line.lstrip().startswith(b"{") for line in lines[:2]):
-                try:
-                    decode_json(lines[0])
-                    report.format = "otlp-json-lines"
-                    for line in lines:
-                        yield ("json", line)
-                    return
-                except OtlpDecodeError:
-                    pass
-            report.format = "otlp-json"
-            yield ("json", data)
-            return
-        data = handle.read()
+        report.format = "otlp-json"
+        yield ("json", handle.read())
+        return
+    data = handle.read()
     try:
         decode_protobuf(data)
         report.format = "otlp-protobuf"
@@ -120,6 +128,13 @@ def _length_prefixed(data: bytes) -> Iterator[bytes]:
         yield from records
 
 
+def size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
 def ingest_files(
     store: Store,
     paths: Sequence[Path | str],
@@ -137,7 +152,7 @@ def ingest_files(
     report = IngestReport()
     pending: list[pa.Table] = []
     pending_rows = 0
-    total_bytes = sum(Path(p).stat().st_size for p in paths)
+    total_bytes = sum(size_of(Path(p)) for p in paths)
     bar = tqdm(
         total=total_bytes,
         unit="B",
@@ -151,26 +166,34 @@ def ingest_files(
             path = Path(raw_path)
             file_report = FileReport(path)
             report.files.append(file_report)
+            done = 0
             try:
-                for index, body in enumerate(_requests(path, file_report)):
-                    file_report.requests += 1
-                    try:
-                        request = decode_json(body[1]) if isinstance(body, tuple) else decode_protobuf(body)
-                        decoded = request_to_arrow(request)
-                    except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
-                        file_report.errors.append(f"request {index + 1}: {exc}")
-                        continue
-                    file_report.accepted += decoded.accepted
-                    file_report.rejected += decoded.rejected
-                    if decoded.accepted:
-                        pending.append(decoded.table)
-                        pending_rows += decoded.accepted
-                    if pending_rows >= batch_rows:
-                        writer.write(pa.concat_tables(pending))
-                        pending, pending_rows = [], 0
-            except OSError as exc:
-                file_report.errors.append(f"cannot read: {exc.strerror or exc}")
-            bar.update(path.stat().st_size if path.exists() else 0)
+                with path.open("rb") as raw, _open(raw) as handle:
+                    for index, body in enumerate(_requests(handle, file_report)):
+                        file_report.requests += 1
+                        try:
+                            request = (
+                                decode_json(body[1]) if isinstance(body, tuple) else decode_protobuf(body)
+                            )
+                            decoded = request_to_arrow(request)
+                        except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
+                            file_report.errors.append(f"request {index + 1}: {exc}")
+                            continue
+                        file_report.accepted += decoded.accepted
+                        file_report.rejected += decoded.rejected
+                        if decoded.accepted:
+                            pending.append(decoded.table)
+                            pending_rows += decoded.accepted
+                        if pending_rows >= batch_rows:
+                            writer.write(pa.concat_tables(pending))
+                            pending, pending_rows = [], 0
+                        # Progress in bytes of the file as stored (compressed or not).
+                        position = raw.tell()
+                        bar.update(position - done)
+                        done = position
+            except (OSError, EOFError, zlib.error) as exc:
+                file_report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+            bar.update(max(0, size_of(path) - done))
         if pending:
             writer.write(pa.concat_tables(pending))
     finally:

@@ -65,7 +65,9 @@ def test_bad_files_and_invalid_spans_are_reported(store: Store, tmp_path: Path) 
     request.resource_spans[0].scope_spans[0].spans[0].span_id = b"\x00\x01"
     (tmp_path / "ok.pb").write_bytes(request.SerializeToString())
     (tmp_path / "junk.pb").write_bytes(b"\x0a\xff\xff\xff\x0f junk")
-    report = ingest_files(store, [tmp_path / "ok.pb", tmp_path / "junk.pb"])
+    (tmp_path / "cut.pb.gz").write_bytes(gzip.compress(request.SerializeToString())[:-20])
+    report = ingest_files(store, [tmp_path / "ok.pb", tmp_path / "junk.pb", tmp_path / "cut.pb.gz"])
     assert (report.accepted, report.rejected) == (5, 1)
-    assert len(report.errors) == 1 and "junk.pb" in report.errors[0]
+    assert len(report.errors) == 2
+    assert "junk.pb" in report.errors[0] and "cut.pb.gz: cannot read" in report.errors[1]
     assert read_spans(store).num_rows == 5
