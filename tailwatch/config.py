@@ -320,6 +320,11 @@ class IngestConfig(_Section):
     spool_dir: Path | None = None
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
+    @field_validator("spool_dir")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().absolute() if value is not None else None
+
     @model_validator(mode="after")
     def _queue_holds_a_batch(self) -> IngestConfig:
         if self.max_queue_spans < self.batch_rows:
@@ -407,6 +412,12 @@ class DashboardsConfig(_Section):
     window: Duration | None = None
     # Base URL of the dashboards as on-call reaches them (alert links); default http://<otlp_http>/dashboards
     public_url: Url | None = None
+
+    @field_validator("out_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Relative values from a file were already joined to its directory; others are the cwd's.
+        return value.expanduser().absolute()
 
 
 class RulesConfig(_Section):
