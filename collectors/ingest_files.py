@@ -23,7 +23,14 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from collectors.errors import TailwatchError
-from collectors.otlp_decode import OtlpDecodeError, decode_json, decode_protobuf, request_to_arrow
+from collectors.native_insert import NativeInserter, checked_inserter
+from collectors.otlp_decode import (
+    OtlpDecodeError,
+    decode_json,
+    decode_protobuf,
+    request_to_arrow,
+    validate_request,
+)
 from collectors.schema import ensure_schema
 from collectors.store import Store
 from collectors.writer import StoreSpanWriter
@@ -128,6 +135,49 @@ def _length_prefixed(data: bytes) -> Iterator[bytes]:
         yield from records
 
 
+class _Batcher:
+    """Collects requests until ``batch_rows`` spans, then inserts them in one go."""
+
+    def __init__(self, store: Store, batch_rows: int, native: NativeInserter | None) -> None:
+        self.writer = StoreSpanWriter(store)
+        self.batch_rows = batch_rows
+        self.native = native
+        self.tables: list[pa.Table] = []
+        self.raw: list[bytes] = []
+        self.rows = 0
+
+    def add(self, body: bytes | tuple[str, bytes]) -> tuple[int, int]:
+        """Decode and queue one request; returns (accepted, rejected) spans."""
+        if isinstance(body, tuple):
+            decoded = request_to_arrow(decode_json(body[1]))
+            accepted, rejected = decoded.accepted, decoded.rejected
+            if accepted:
+                self.tables.append(decoded.table)
+        else:
+            request = decode_protobuf(body)
+            if self.native is not None:
+                received, rejected, _ = validate_request(request)
+                accepted = received - rejected
+                if accepted:
+                    self.raw.append(request.SerializeToString() if rejected else body)
+            else:
+                decoded = request_to_arrow(request)
+                accepted, rejected = decoded.accepted, decoded.rejected
+                if accepted:
+                    self.tables.append(decoded.table)
+        self.rows += accepted
+        if self.rows >= self.batch_rows:
+            self.flush()
+        return accepted, rejected
+
+    def flush(self) -> None:
+        if self.tables:
+            self.writer.write(pa.concat_tables(self.tables))
+        if self.raw and self.native is not None:
+            self.native.insert(self.raw)
+        self.tables, self.raw, self.rows = [], [], 0
+
+
 def size_of(path: Path) -> int:
     try:
         return path.stat().st_size
@@ -142,16 +192,17 @@ def ingest_files(
     batch_rows: int = 10_000,
     progress: bool = False,
     progress_file: IO[str] | None = None,
+    native: bool = True,
 ) -> IngestReport:
     """Insert the spans of every file into ``otel_traces``; invalid spans are counted, not fatal.
 
     An undecodable file (or line) is reported in ``errors`` and skipped; the others still import.
+    Protobuf requests on an embedded store are mapped by ClickHouse itself (``native``, see
+    :mod:`collectors.native_insert`); JSON and server stores use the Arrow path.
     """
     ensure_schema(store)
-    writer = StoreSpanWriter(store)
+    batcher = _Batcher(store, batch_rows, checked_inserter(store) if native else None)
     report = IngestReport()
-    pending: list[pa.Table] = []
-    pending_rows = 0
     total_bytes = sum(size_of(Path(p)) for p in paths)
     bar = tqdm(
         total=total_bytes,
@@ -172,21 +223,12 @@ def ingest_files(
                     for index, body in enumerate(_requests(handle, file_report)):
                         file_report.requests += 1
                         try:
-                            request = (
-                                decode_json(body[1]) if isinstance(body, tuple) else decode_protobuf(body)
-                            )
-                            decoded = request_to_arrow(request)
+                            accepted, rejected = batcher.add(body)
                         except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
                             file_report.errors.append(f"request {index + 1}: {exc}")
                             continue
-                        file_report.accepted += decoded.accepted
-                        file_report.rejected += decoded.rejected
-                        if decoded.accepted:
-                            pending.append(decoded.table)
-                            pending_rows += decoded.accepted
-                        if pending_rows >= batch_rows:
-                            writer.write(pa.concat_tables(pending))
-                            pending, pending_rows = [], 0
+                        file_report.accepted += accepted
+                        file_report.rejected += rejected
                         # Progress in bytes of the file as stored (compressed or not).
                         position = raw.tell()
                         bar.update(position - done)
@@ -194,8 +236,7 @@ def ingest_files(
             except (OSError, EOFError, zlib.error) as exc:
                 file_report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
             bar.update(max(0, size_of(path) - done))
-        if pending:
-            writer.write(pa.concat_tables(pending))
+        batcher.flush()
     finally:
         bar.close()
     if not report.files:

@@ -32,7 +32,7 @@ from collectors.otlp_decode import decode_protobuf, request_to_arrow
 from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE
 from collectors.store import Store
 
-__all__ = ["NativeInserter", "native_sample", "self_test"]
+__all__ = ["NativeInserter", "checked_inserter", "native_sample", "self_test"]
 
 log = logging.getLogger(__name__)
 
@@ -311,3 +311,24 @@ def native_sample() -> bytes:
                     span.links.add(trace_id=bytes([seed]) * 16, span_id=bytes([9]) * 8, trace_state="x=y")
                     span.links.add(trace_id=bytes(16), span_id=bytes(8)).attributes.extend(scalars[4:7])
     return request.SerializeToString()
+
+
+# The embedded engine is one per process (one version): its check result holds for the process.
+_CHECKED: list[str | None] = []
+
+
+def checked_inserter(store: Store, work_dir: Path | None = None) -> NativeInserter | None:
+    """A :class:`NativeInserter` if this engine reproduces the Python mapping exactly, else None.
+
+    Checked once per process against :func:`native_sample`, which exercises every value kind.
+    """
+    if not NativeInserter.supported(store):
+        return None
+    if not _CHECKED:
+        problem = self_test(store, [native_sample()])
+        if problem:
+            log.warning("ClickHouse-side OTLP mapping disabled, using the Arrow path: %s", problem)
+        _CHECKED.append(problem)
+    if _CHECKED[0] is not None:
+        return None
+    return NativeInserter(store, work_dir)

@@ -28,7 +28,7 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
 from collectors.metrics import IngestMetrics
-from collectors.native_insert import NativeInserter, native_sample, self_test
+from collectors.native_insert import NativeInserter, checked_inserter
 from collectors.otlp_decode import decode_protobuf, request_to_arrow
 from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
 from collectors.settings import PipelineSettings
@@ -130,7 +130,8 @@ class IngestPipeline:
                 and not self._custom_writer
                 and NativeInserter.supported(self.store)
             ):
-                self._native = _checked_native_inserter(self.store, self.settings.spool_dir)
+                work_dir = self.settings.spool_dir / "tmp" if self.settings.spool_dir is not None else None
+                self._native = checked_inserter(self.store, work_dir)
         if self._spool is not None:
             leftovers = self._spool.open()
             try:
@@ -424,23 +425,3 @@ def _payload_table(payload: bytes) -> pa.Table:
 def _require_table(table: pa.Table | None) -> pa.Table:
     assert table is not None
     return table
-
-
-# The embedded engine is one per process (one version): its check result holds for the process.
-_NATIVE_CHECKED: list[str | None] = []
-
-
-def _checked_native_inserter(store: Store, spool_dir: Path | None) -> NativeInserter | None:
-    """The ClickHouse-side mapping, if it reproduces the Python mapping exactly on this engine.
-
-    Checked once per process against a sample that exercises every value kind and column.
-    """
-    if not _NATIVE_CHECKED:
-        problem = self_test(store, [native_sample()])
-        if problem:
-            log.warning("ClickHouse-side OTLP mapping disabled, using the Arrow path: %s", problem)
-        _NATIVE_CHECKED.append(problem)
-    if _NATIVE_CHECKED[0] is not None:
-        return None
-    work_dir = spool_dir / "tmp" if spool_dir is not None else None
-    return NativeInserter(store, work_dir)

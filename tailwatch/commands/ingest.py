@@ -27,10 +27,14 @@ def ingest(store_dsn: str | None, files: tuple[Path, ...], batch_rows: int, prog
     Invalid spans are rejected and counted; an unreadable file is reported and skipped (exit 1).
     """
     from collectors.ingest_files import ingest_files
+    from collectors.settings import PipelineSettings
 
     show = sys.stderr.isatty() if progress is None else progress
+    native = PipelineSettings.from_env().native_insert  # TAILWATCH_NATIVE_INSERT=false → Arrow path
     with open_store(store_dsn) as store:
-        report = ingest_files(store, files, batch_rows=batch_rows, progress=show, progress_file=sys.stderr)
+        report = ingest_files(
+            store, files, batch_rows=batch_rows, progress=show, progress_file=sys.stderr, native=native
+        )
     for f in report.files:
         click.echo(
             f"{f.path}: {f.format or 'unknown'}, {f.accepted} accepted, {f.rejected} rejected", err=True

@@ -6,6 +6,7 @@ import json
 import struct
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from google.protobuf import json_format
 
@@ -60,13 +61,16 @@ def test_ingest_command_reads_every_format(tmp_path: Path, store_dsn: str) -> No
         assert set(read_spans(store).column("SpanId").to_pylist()) == expected
 
 
-def test_bad_files_and_invalid_spans_are_reported(store: Store, tmp_path: Path) -> None:
+@pytest.mark.parametrize("native", [True, False])
+def test_bad_files_and_invalid_spans_are_reported(store: Store, tmp_path: Path, native: bool) -> None:
     request, _ = make_request(6, seed=9)
     request.resource_spans[0].scope_spans[0].spans[0].span_id = b"\x00\x01"
     (tmp_path / "ok.pb").write_bytes(request.SerializeToString())
     (tmp_path / "junk.pb").write_bytes(b"\x0a\xff\xff\xff\x0f junk")
     (tmp_path / "cut.pb.gz").write_bytes(gzip.compress(request.SerializeToString())[:-20])
-    report = ingest_files(store, [tmp_path / "ok.pb", tmp_path / "junk.pb", tmp_path / "cut.pb.gz"])
+    report = ingest_files(
+        store, [tmp_path / "ok.pb", tmp_path / "junk.pb", tmp_path / "cut.pb.gz"], native=native
+    )
     assert (report.accepted, report.rejected) == (5, 1)
     assert len(report.errors) == 2
     assert "junk.pb" in report.errors[0] and "cut.pb.gz: cannot read" in report.errors[1]
