@@ -73,6 +73,7 @@ __all__ = [
     "Workload",
     "export_otlp_http",
     "export_to_exporter",
+    "generate",
     "parse_scenarios",
     "write_otlp_file",
 ]
@@ -878,6 +879,19 @@ def _build_claims(w: Workload, rng: random.Random, t0: int) -> None:
         )
         t = b.llm(llm, root, t) + b.gap()
     root.end(end_time=t)
+
+
+def generate(
+    scenarios: Iterable[Scenario] | None = None,
+    scale: float = 1.0,
+    seed: int = 7,
+    end: datetime | None = None,
+    *,
+    days: int = 3,
+    batch_size: int = 512,
+) -> Iterator[list[ReadableSpan]]:
+    """The traffic as batches of SDK ``ReadableSpan``: ``Workload(...).batches(batch_size)``."""
+    return Workload(scenarios, scale=scale, seed=seed, end=end, days=days).batches(batch_size)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from tailwatch.generator import (
     GeneratorError,
     Workload,
     abandon_probability,
+    generate,
     parse_scenarios,
     write_otlp_file,
 )
@@ -153,6 +154,10 @@ def test_same_seed_same_spans_other_seed_other_spans() -> None:
 
     assert head(3) == head(3)
     assert head(3) != head(4)
+    batch = next(generate(scale=0.05, seed=3, end=END, batch_size=256))
+    assert [(s.context.trace_id, s.name, _start(s)) for s in batch] == [
+        (t, n, st) for t, _, n, st, _ in head(3)
+    ]
 
 
 def test_spans_carry_the_conventions(everything: Traffic) -> None:
