@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -194,3 +196,30 @@ def test_schedule_disabled_runs_receivers_only(tmp_path: Path) -> None:
     with open_store("chdb://" + str(tmp_path / "store")) as store:
         assert store.query_value("SELECT count() FROM otel_traces") == 10
         assert store.query_value("SELECT count() FROM tailwatch_job_runs") == 0
+
+
+def test_sigint_stops_cleanly_with_plain_logs(tmp_path: Path) -> None:
+    path = tmp_path / "tw.toml"
+    path.write_text(
+        f'store = "chdb://{tmp_path / "store"}"\n'
+        '[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "127.0.0.1:0"\n'
+        '[schedule]\nrollup = "off"\nanalyze = "off"\nevaluate = "off"\ndashboards = "off"\n'
+    )
+    proc = _serve(tmp_path, path)
+    try:
+        _wait(
+            lambda: (tmp_path / "store" / SERVICE_FILE).exists() or proc.poll() is not None, what="listening"
+        )
+        api = json.loads((tmp_path / "store" / SERVICE_FILE).read_text())["api_url"]
+        assert httpx.get(f"{api}/healthz").status_code == 200
+        assert export_rows(api, _simple_spans(50)) == 50
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert "INFO    tailwatch.serve: SIGINT received: stopping" in err
+    with open_store("chdb://" + str(tmp_path / "store")) as store:
+        assert store.query_value("SELECT count() FROM otel_traces") == 50
