@@ -173,7 +173,8 @@ class NativeInserter:
     def __init__(self, store: Store, work_dir: Path | None = None, table: str = TRACES_TABLE) -> None:
         self.store = store
         self.table = table
-        self.work_dir = Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())
+        # Absolute: ClickHouse resolves a relative file() path against its own user_files directory.
+        self.work_dir = (Path(work_dir) if work_dir is not None else Path(tempfile.gettempdir())).resolve()
         self.python_requests = 0
         if work_dir is not None:
             # Batch files a killed process left behind: their requests are still in the spool.

@@ -79,8 +79,11 @@ def test_validate_request_agrees_with_the_mapping() -> None:
     assert cleaned.table.equals(full.table)
 
 
-def test_fallback_requests_go_through_python(store: Store, tmp_path: Path) -> None:
-    inserter = NativeInserter(store, tmp_path)
+def test_fallback_requests_go_through_python(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    inserter = NativeInserter(store, Path("relative-work-dir"))
     plain, _ = make_request(4, seed=1)
     nested, _ = make_request(2, seed=2)
     nested.resource_spans[0].scope_spans[0].spans[0].attributes.add(key="arr").value.array_value.values.add(
