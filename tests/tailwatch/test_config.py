@@ -269,3 +269,18 @@ def test_analysis_conventions_are_checked_against_the_analytics(tmp_path: Path) 
     bad = _write(tmp_path, "[analysis]\nconventions = { min_release_request = 50 }\n", "bad.toml")
     with pytest.raises(ConfigError, match=r"analysis.conventions: unknown convention 'min_release_request'"):
         load_config(bad, env={})
+
+
+def test_schedules_become_apscheduler_triggers() -> None:
+    from datetime import UTC, datetime
+
+    from apscheduler.triggers.cron import CronTrigger
+    from apscheduler.triggers.interval import IntervalTrigger
+
+    every = parse_schedule("500ms").trigger()
+    assert isinstance(every, IntervalTrigger) and every.interval.total_seconds() == 0.5
+    cron = parse_schedule({"cron": "*/5 * * * *"}).trigger()
+    assert isinstance(cron, CronTrigger)
+    now = datetime(2026, 12, 2, 16, 42, 10, tzinfo=UTC)
+    assert cron.get_next_fire_time(None, now) == datetime(2026, 12, 2, 16, 45, tzinfo=UTC)
+    assert parse_schedule("off").trigger() is None
