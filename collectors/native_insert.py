@@ -273,6 +273,7 @@ def native_sample() -> bytes:
         kv("dneg", double_value=-2.5e-5),
         kv("dbig", double_value=123456789012345680000.0),
         kv("b", bytes_value=b"\x00\xff\x10"),
+        kv("s", string_value="repeated key"),
         KeyValue(key="unset"),
     ]
     complex_values = [

@@ -409,6 +409,8 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
                     problem = "end_time_unix_nano is before start_time_unix_nano"
                 elif end >= _MAX_NS:
                     problem = "timestamp beyond the year 2262"
+                elif span.events and any(e.time_unix_nano >= _MAX_NS for e in span.events):
+                    problem = "event timestamp beyond the year 2262"
                 elif span.links and any(
                     len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
                     for link in span.links
@@ -470,7 +472,6 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
     start_arr = np.asarray(starts, dtype=np.uint64)
     duration = np.asarray(ends, dtype=np.uint64) - start_arr
     groups = pa.array(np.asarray(group_of_span, dtype=np.int32))
-    ev_ts_arr = [t if t < _MAX_NS else _MAX_NS - 1 for t in ev_ts] if ev_ts else []
     columns = [
         _timestamps(start_arr.astype(np.int64)),
         _hex_column(trace_ids),
@@ -487,7 +488,7 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
         pa.array(duration, type=pa.uint64()),
         _enum_names(_STATUS_NAMES, status_codes),
         pa.array(status_messages, type=pa.string()),
-        _list_array(ev_offsets, _timestamps(ev_ts_arr)),
+        _list_array(ev_offsets, _timestamps(ev_ts)),
         _list_array(ev_offsets, pa.array(ev_names, type=pa.string())),
         _list_array(ev_offsets, _map_array(ev_attr_offsets, ev_keys, ev_values)),
         _list_array(ln_offsets, _hex_column(ln_trace)),
@@ -528,6 +529,8 @@ def validate_request(request: ExportTraceServiceRequest) -> tuple[int, int, str]
                     problem = "end_time_unix_nano is before start_time_unix_nano"
                 elif end >= _MAX_NS:
                     problem = "timestamp beyond the year 2262"
+                elif span.events and any(e.time_unix_nano >= _MAX_NS for e in span.events):
+                    problem = "event timestamp beyond the year 2262"
                 elif span.links and any(
                     len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
                     for link in span.links

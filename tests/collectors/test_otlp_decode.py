@@ -151,13 +151,20 @@ def test_invalid_spans_are_rejected_individually() -> None:
             end_time_unix_nano=20,
         ),
         Span(trace_id=TRACE, span_id=SPAN, start_time_unix_nano=20, end_time_unix_nano=10),
+        Span(
+            trace_id=TRACE,
+            span_id=SPAN,
+            start_time_unix_nano=1,
+            end_time_unix_nano=2,
+            events=[Span.Event(time_unix_nano=2**63, name="far future")],
+        ),
     ]
     request = ExportTraceServiceRequest(
         resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[bad[0], good, *bad[1:]])])]
     )
     decoded = request_to_arrow(request)
-    assert (decoded.received, decoded.accepted, decoded.rejected) == (6, 1, 5)
-    assert "5 of 6 spans rejected" in decoded.error_message
+    assert (decoded.received, decoded.accepted, decoded.rejected) == (7, 1, 6)
+    assert "6 of 7 spans rejected" in decoded.error_message
     assert "trace_id" in decoded.error_message
 
 
