@@ -500,6 +500,32 @@ class TailwatchConfig(_Section):
             return None  # ephemeral port: the service fills it in once listening
         return f"http://{host}:{port}/dashboards"
 
+    def check_environment(self, environ: Mapping[str, str] | None = None) -> None:
+        """Every variable a notifier needs is set; else :class:`ConfigError` naming the key.
+
+        Run by ``serve`` at start-up (``config show`` only reports them): a notifier whose secret is
+        missing would fail every delivery, so it is a start-up error like any other mistake.
+        """
+        env = os.environ if environ is None else environ
+        needed: list[tuple[str, str | None]] = []
+        for i, w in enumerate(self.notify.webhook):
+            needed.append((f"notify.webhook[{i}].secret_env", w.secret_env))
+        for i, sl in enumerate(self.notify.slack):
+            needed += [
+                (f"notify.slack[{i}].url_env", sl.url_env),
+                (f"notify.slack[{i}].secret_env", sl.secret_env),
+            ]
+        for i, p in enumerate(self.notify.pagerduty):
+            needed.append((f"notify.pagerduty[{i}].routing_key_env", p.routing_key_env))
+            needed.append((f"notify.pagerduty[{i}].secret_env", p.secret_env))
+        where = f" (file {self.config_file})" if self.config_file else ""
+        for key, name in needed:
+            if name and not env.get(name):
+                raise ConfigError(
+                    f"invalid configuration: {key}: environment variable {name} is not set{where}; "
+                    "set it or remove the key"
+                )
+
     def notifiers(self) -> list[NotifierConfig]:
         """The ``[notify]`` entries as ``slo_rules`` notifier configs."""
         from slo_rules import PagerDutyConfig, SlackConfig, WebhookConfig

@@ -600,7 +600,9 @@ class Service:
         config = self.config
         jobs = list(self._jobs_override) if self._jobs_override is not None else None
         if jobs is None and config.schedule.enabled:
-            # Load the rules before anything listens: a broken rule file is a start-up error.
+            # Before anything listens: a broken rule file or a notifier without its secret is a
+            # start-up error, not a job that fails every tick.
+            config.check_environment()
             self.rules.load()
         self.store = open_store(config.store)
         try:

@@ -284,3 +284,15 @@ def test_schedules_become_apscheduler_triggers() -> None:
     now = datetime(2026, 12, 2, 16, 42, 10, tzinfo=UTC)
     assert cron.get_next_fire_time(None, now) == datetime(2026, 12, 2, 16, 45, tzinfo=UTC)
     assert parse_schedule("off").trigger() is None
+
+
+def test_missing_notifier_secrets_are_start_up_errors(tmp_path: Path) -> None:
+    path = _write(tmp_path, CONTRACT_TOML.replace('store = "chdb:///var/lib/tailwatch/store"\n', ""))
+    config = load_config(path, env={})
+    with pytest.raises(ConfigError) as info:
+        config.check_environment({})
+    assert str(info.value) == (
+        "invalid configuration: notify.webhook[0].secret_env: environment variable TAILWATCH_WEBHOOK_SECRET "
+        f"is not set (file {path}); set it or remove the key"
+    )
+    config.check_environment({"TAILWATCH_WEBHOOK_SECRET": "x"})

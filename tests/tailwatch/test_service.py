@@ -223,3 +223,18 @@ def test_sigint_stops_cleanly_with_plain_logs(tmp_path: Path) -> None:
     assert "INFO    tailwatch.serve: SIGINT received: stopping" in err
     with open_store("chdb://" + str(tmp_path / "store")) as store:
         assert store.query_value("SELECT count() FROM otel_traces") == 50
+
+
+def test_unset_webhook_secret_fails_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "tw.toml"
+    path.write_text(
+        '[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        '[[notify.webhook]]\nurl = "http://127.0.0.1:9/hook"\nsecret_env = "TAILWATCH_WEBHOOK_SECRET"\n'
+    )
+    proc = _serve(tmp_path, path, "--store", f"chdb://{tmp_path / 'store'}")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2
+    assert err.strip().splitlines() == [
+        "tailwatch: error: invalid configuration: notify.webhook[0].secret_env: environment variable "
+        f"TAILWATCH_WEBHOOK_SECRET is not set (file {path}); set it or remove the key"
+    ]
