@@ -8,6 +8,7 @@ import grpc
 import httpx
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+from opentelemetry.exporter.otlp.proto.http import Compression as HttpCompression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.sdk.resources import Resource
@@ -97,7 +98,9 @@ def test_official_http_protobuf_exporter(
     receivers: Receivers, pipeline: IngestPipeline, store: Store
 ) -> None:
     exporter = HttpExporter(
-        endpoint=f"http://127.0.0.1:{receivers.http_port}/v1/traces", headers={"Authorization": "Bearer tok"}
+        endpoint=f"http://127.0.0.1:{receivers.http_port}/v1/traces",
+        headers={"Authorization": "Bearer tok"},
+        compression=HttpCompression.Gzip,
     )
     names = _emit(exporter, "http-svc", 150)
     assert pipeline.flush(10)
@@ -106,7 +109,10 @@ def test_official_http_protobuf_exporter(
 
 def test_official_grpc_exporter(receivers: Receivers, pipeline: IngestPipeline, store: Store) -> None:
     exporter = GrpcExporter(
-        endpoint=f"127.0.0.1:{receivers.grpc_port}", insecure=True, headers={"authorization": "Bearer tok"}
+        endpoint=f"127.0.0.1:{receivers.grpc_port}",
+        insecure=True,
+        headers={"authorization": "Bearer tok"},
+        compression=grpc.Compression.Gzip,
     )
     names = _emit(exporter, "grpc-svc", 150)
     assert pipeline.flush(10)
