@@ -15,13 +15,15 @@ from typing import Any
 import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from collectors.otlp_decode import export_response, request_to_arrow, validate_request
+from collectors.otlp_decode import (
+    OtlpDecodeError,
+    decode_protobuf,
+    export_response,
+    request_to_arrow,
+    validate_request,
+)
 from collectors.pipeline import IngestPipeline, SubmitResult
 from collectors.receiver import token_matches
 
@@ -30,11 +32,29 @@ __all__ = ["GrpcReceiver"]
 log = logging.getLogger(__name__)
 
 
-class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
+_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+
+class _TraceService:
+    """``Export`` registered with raw bytes in: the body is parsed here, once, so an undecodable one
+    is INVALID_ARGUMENT (not grpc's INTERNAL) and the raw request can go to the pipeline as is."""
+
     def __init__(self, pipeline: IngestPipeline, token: str | None) -> None:
         self.pipeline = pipeline
         self.token = token
         self.metrics = pipeline.metrics
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler(
+            _SERVICE,
+            {
+                "Export": grpc.unary_unary_rpc_method_handler(
+                    self.export,
+                    request_deserializer=None,
+                    response_serializer=ExportTraceServiceResponse.SerializeToString,
+                )
+            },
+        )
 
     def _abort(
         self, context: grpc.ServicerContext, code: grpc.StatusCode, message: str, retry_s: float = 0
@@ -47,22 +67,22 @@ class _TraceService(trace_service_pb2_grpc.TraceServiceServicer):
             context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
         context.abort(code, message)
 
-    def Export(  # the generated service names the method
-        self, request: ExportTraceServiceRequest, context: grpc.ServicerContext
-    ) -> ExportTraceServiceResponse:
+    def export(self, body: bytes, context: grpc.ServicerContext) -> ExportTraceServiceResponse:
         if self.token is not None:
             presented = dict(context.invocation_metadata()).get("authorization")
             if not token_matches(presented if isinstance(presented, str) else None, self.token):
                 return self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
-        if self.pipeline.accepts_raw:
-            received, rejected, message = validate_request(request)
-            self.metrics.received.labels(protocol="grpc").inc(received)
-            result = self.pipeline.submit_raw(
-                request.SerializeToString(), received - rejected, protocol="grpc"
-            )
-            return self._answer(context, result, rejected, message)
         try:
+            request = decode_protobuf(body)
+            if self.pipeline.accepts_raw:
+                received, rejected, message = validate_request(request)
+                self.metrics.received.labels(protocol="grpc").inc(received)
+                raw = request.SerializeToString() if rejected else body
+                result = self.pipeline.submit_raw(raw, received - rejected, protocol="grpc")
+                return self._answer(context, result, rejected, message)
             decoded = request_to_arrow(request)
+        except OtlpDecodeError as exc:
+            return self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             return self._abort(context, grpc.StatusCode.INVALID_ARGUMENT, f"invalid span data: {exc}")
         self.metrics.received.labels(protocol="grpc").inc(decoded.received)
@@ -124,9 +144,7 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(
-            _TraceService(self.pipeline, self.token), server
-        )
+        server.add_generic_rpc_handlers((_TraceService(self.pipeline, self.token).handler(),))
         host = f"[{self.host}]" if ":" in self.host else self.host
         try:
             port = server.add_insecure_port(f"{host}:{self.requested_port}")

@@ -6,11 +6,14 @@ import random
 import struct
 from pathlib import Path
 
+import grpc
 import pytest
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from starlette.testclient import TestClient
 
+from collectors.grpc_receiver import GrpcReceiver
 from collectors.native_insert import NativeInserter, native_sample, self_test
 from collectors.otlp_decode import request_to_arrow, validate_request
 from collectors.pipeline import IngestPipeline
@@ -130,11 +133,22 @@ def test_receiver_rows_are_the_same_either_way(store: Store, tmp_path: Path, nat
                 headers={"Content-Type": "application/x-protobuf"},
             )
             assert r.status_code == 200
+        over_grpc, _ = make_request(4, seed=12)
+        over_grpc.resource_spans[0].scope_spans[0].spans.add(trace_id=b"\x01" * 16, span_id=b"\x02")
+        receiver = GrpcReceiver(pipeline, "127.0.0.1", 0)
+        receiver.start()
+        try:
+            with grpc.insecure_channel(f"127.0.0.1:{receiver.port}") as channel:
+                response = trace_service_pb2_grpc.TraceServiceStub(channel).Export(over_grpc, timeout=10)
+            assert response.partial_success.rejected_spans == 1
+        finally:
+            receiver.stop()
         assert pipeline.flush(10)
     finally:
         pipeline.stop()
+    request.MergeFrom(over_grpc)
     expected = request_to_arrow(request).table.sort_by("SpanId")
     stored = read_spans(store).sort_by("SpanId")
-    assert stored.num_rows == expected.num_rows == 5
+    assert stored.num_rows == expected.num_rows == 9
     for name in ("TraceId", "SpanId", "SpanAttributes", "ResourceAttributes", "Duration", "SpanKind"):
         assert stored.column(name).to_pylist() == expected.column(name).to_pylist()
