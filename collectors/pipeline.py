@@ -269,7 +269,7 @@ class IngestPipeline:
             self._queue.append(item)
             self._queued += rows
             self.metrics.queue_depth.set(self._queued)
-            if self._queued >= self.settings.batch_rows or self._draining:
+            if self._queued >= self.settings.batch_rows or self._draining or self._state != "running":
                 self._cond.notify_all()
         if item.done is not None:
             # No spool: the acknowledgement must wait for the insert itself.
@@ -293,7 +293,10 @@ class IngestPipeline:
         with self._cond:
             while True:
                 stopping = self._state != "running"
-                if stopping and (not self._queue or time.monotonic() > self._stop_deadline):
+                # A submit that passed its check before the stop may still be spooling: wait for it
+                # (it is reserved), so its acknowledged spans are inserted now, not at the next start.
+                idle = not self._queue and not self._reserved
+                if stopping and (idle or time.monotonic() > self._stop_deadline):
                     return None
                 if self._queue:
                     age = time.monotonic() - self._queue[0].enqueued_at
