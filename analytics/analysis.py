@@ -328,7 +328,10 @@ def analyze(
     tails = tail_traces(requests, conv)
     lo = min(windows.start, windows.baseline_start)
     hi = max(windows.end, windows.baseline_end) + conv.trace_margin
-    path = critical_path(fetch_tail_spans(store, tails["trace_id"].unique().to_list(), lo, hi, conv))
+    tail_spans = fetch_tail_spans(store, tails["trace_key"].unique().to_list(), lo, hi, conv)
+    # The tail traces get their ids back from their spans.
+    tails = tails.join(tail_spans.select("trace_key", "trace_id").unique(), on="trace_key", how="inner")
+    path = critical_path(tail_spans)
     attribution, attribution_spans = attribute(requests, tails, path, conv)
     causes = llm_causes(attribution, attribution_spans)
     signals = llm_signals(causes, fetch_llm_signals(store, causes, windows, conv))

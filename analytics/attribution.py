@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 TAIL_SPANS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
     "trace_id": pl.String,
     "span_id": pl.String,
     "parent_id": pl.String,
@@ -143,15 +144,18 @@ _KEYS = ["service", "operation"]
 
 def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     """Requests at or above their window's p99 (per operation), the slowest ``max_tail_traces``."""
+    # trace_id rides along when the caller has it (tests, tools); analyze() maps keys to ids later.
+    cols = ["service", "operation", "window", "trace_key", "duration_ms", "start"]
+    cols += ["trace_id"] if "trace_id" in requests.columns else []
     if requests.is_empty():
-        return requests.select("service", "operation", "window", "trace_id", "duration_ms", "start")
+        return requests.select(cols)
     threshold = pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear")
     return (
         requests.filter(pl.col("duration_ms") >= threshold.over("service", "operation", "window"))
         .sort("duration_ms", descending=True)
         .group_by("service", "operation", "window", maintain_order=True)
         .head(conventions.max_tail_traces)
-        .select("service", "operation", "window", "trace_id", "duration_ms", "start")
+        .select(cols)
     )
 
 
@@ -160,27 +164,27 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 
 def tail_spans_sql(table: str) -> str:
     return f"""
-SELECT any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id,
-       any(SpanName) AS name,
+SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
+       any(ParentSpanId) AS parent_id, any(SpanName) AS name,
        any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
        max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns,
        max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
        any({PROVIDER}) AS provider, any({MODEL}) AS model
 FROM {table}
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
-  -- A set of 64-bit hashes: probing it costs far less than hashing every 32-char id into a string set.
-  AND cityHash64(TraceId) IN (SELECT cityHash64(arrayJoin({{ids:Array(String)}})))
-  AND TraceId IN {{ids:Array(String)}}
+  -- A subquery builds a hash set; an array literal on the right of IN would be scanned per row.
+  AND cityHash64(TraceId) IN (SELECT arrayJoin({{keys:Array(UInt64)}}))
 GROUP BY cityHash64(TraceId, SpanId)
 """
 
 
 def fetch_tail_spans(
-    store: Store, trace_ids: list[str], lo: datetime, hi: datetime, conventions: Conventions
+    store: Store, trace_keys: list[int], lo: datetime, hi: datetime, conventions: Conventions
 ) -> pl.DataFrame:
-    if not trace_ids:
+    """Spans of the traces whose ``cityHash64(TraceId)`` is in ``trace_keys`` (with ``trace_key``)."""
+    if not trace_keys:
         return empty(TAIL_SPANS_SCHEMA)
-    params = {**conventions.sql_parameters(), "lo": lo, "hi": hi, "ids": trace_ids}
+    params = {**conventions.sql_parameters(), "lo": lo, "hi": hi, "keys": trace_keys}
     frame = normalize(store.query_polars(tail_spans_sql(store.table(TRACES_TABLE)), params))
     if frame.is_empty():
         return empty(TAIL_SPANS_SCHEMA)

@@ -128,7 +128,7 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
         return empty(RELEASES_SCHEMA)
     # A request seen in both windows (overlapping windows) counts once on the "before" side.
     per_version = (
-        requests.unique(subset=["trace_id", "window"])
+        requests.unique(subset=["trace_key", "window"])
         .join(release_times, on=["service", "version"], how="left")
         .with_columns(
             pl.coalesce(pl.col("released_at"), pl.col("start").min().over("service", "version")).alias(
@@ -148,7 +148,7 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
             after = group.filter((pl.col("version") == version) & (pl.col("window") == "current"))
             after_ms = after["duration_ms"].to_numpy()
             if index > 0:
-                prev = group.filter(pl.col("version") == order[index - 1]).unique(subset=["trace_id"])
+                prev = group.filter(pl.col("version") == order[index - 1]).unique(subset=["trace_key"])
             else:
                 prev = group.clear()
             before_ms = prev["duration_ms"].to_numpy()

@@ -83,6 +83,7 @@ def test_attribute_splits_the_delta() -> None:
     requests = pl.DataFrame(
         {
             "trace_id": [f"b{i}" for i in range(100)] + [f"c{i}" for i in range(100)],
+            "trace_key": list(range(200)),
             "service": ["s"] * 200,
             "operation": ["op"] * 200,
             "window": ["baseline"] * 100 + ["current"] * 100,
