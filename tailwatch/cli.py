@@ -12,11 +12,11 @@ from tailwatch import __version__
 from tailwatch.commands import alerts as alerts_commands
 from tailwatch.commands import analyze as analyze_commands
 from tailwatch.commands import collect as collect_commands
+from tailwatch.commands import config as config_commands
 from tailwatch.commands import dashboard as dashboard_commands
 from tailwatch.commands import demo as demo_commands
 from tailwatch.commands import generate as generate_commands
 from tailwatch.commands import ingest as ingest_commands
-from tailwatch.commands import config as config_commands
 from tailwatch.commands import rules as rules_commands
 from tailwatch.commands import schema as schema_commands
 from tailwatch.commands import serve as serve_commands
@@ -45,13 +45,13 @@ def main() -> None:
 
 
 main.add_command(schema_commands.schema)
+main.add_command(analyze_commands.analyze)
 main.add_command(rules_commands.rules)
 main.add_command(alerts_commands.alerts)
-main.add_command(analyze_commands.analyze)
 main.add_command(collect_commands.collect)
 main.add_command(ingest_commands.ingest)
-main.add_command(serve_commands.serve)
-main.add_command(config_commands.config)
 main.add_command(generate_commands.generate)
 main.add_command(demo_commands.demo)
+main.add_command(serve_commands.serve)
+main.add_command(config_commands.config)
 main.add_command(dashboard_commands.dashboard)
