@@ -16,6 +16,7 @@ ever differ (for example on a different ClickHouse version).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -80,10 +81,9 @@ _STRUCTURE = (
     "status Tuple(message String, code Int32))))))), tw_index UInt64"
 )
 _SETTINGS = {
-    "format_schema_source": "string",
-    "format_schema_message_name": "Request",
     "input_format_protobuf_oneof_presence": 1,
 }
+_SCHEMA_FILE = f"otlp-trace-{hashlib.sha256(_SCHEMA.encode()).hexdigest()[:12]}.proto"
 _INDEX_TAG = _VarintBytes(1000 << 3)
 
 
@@ -181,6 +181,17 @@ class NativeInserter:
             for stale in self.work_dir.glob("otlp-batch-*.binpb"):
                 stale.unlink(missing_ok=True)
 
+    def _schema_file(self) -> Path:
+        # An absolute schema file rather than an inline schema: ClickHouse caches inline schemas
+        # in a ``__cache__`` directory under the process's working directory.
+        path = self.work_dir / _SCHEMA_FILE
+        if not path.exists():
+            self.work_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".tmp{os.getpid()}")
+            tmp.write_text(_SCHEMA)
+            os.replace(tmp, path)
+        return path
+
     @staticmethod
     def supported(store: Store) -> bool:
         """Only the embedded engine reads a file this process wrote; servers use the Arrow path."""
@@ -199,7 +210,7 @@ class NativeInserter:
                     handle.write(_VarintBytes(len(record)))
                     handle.write(record)
             params = {"path": name, "structure": _STRUCTURE}
-            settings = {**_SETTINGS, "format_schema": _SCHEMA}
+            settings = {**_SETTINGS, "format_schema": f"{self._schema_file()}:Request"}
             check = {**params, "structure": _CHECK_STRUCTURE}
             try:
                 # The scan parses every message before anything is inserted, so a request ClickHouse
