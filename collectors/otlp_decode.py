@@ -398,24 +398,7 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
                 pid = span.parent_span_id
                 start = span.start_time_unix_nano
                 end = span.end_time_unix_nano
-                problem = ""
-                if len(tid) != 16 or tid == _ZERO_TRACE:
-                    problem = f"invalid trace_id (length {len(tid)}, must be 16 non-zero bytes)"
-                elif len(sid) != 8 or sid == _ZERO_SPAN:
-                    problem = f"invalid span_id (length {len(sid)}, must be 8 non-zero bytes)"
-                elif pid and len(pid) != 8:
-                    problem = f"invalid parent_span_id (length {len(pid)}, must be 0 or 8 bytes)"
-                elif end < start:
-                    problem = "end_time_unix_nano is before start_time_unix_nano"
-                elif end >= _MAX_NS:
-                    problem = "timestamp beyond the year 2262"
-                elif span.events and any(e.time_unix_nano >= _MAX_NS for e in span.events):
-                    problem = "event timestamp beyond the year 2262"
-                elif span.links and any(
-                    len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
-                    for link in span.links
-                ):
-                    problem = "invalid link trace_id/span_id length"
+                problem = span_problem(span, tid, sid, pid, start, end)
                 if problem:
                     rejected += 1
                     if not first_error:
@@ -500,6 +483,30 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
     return DecodedSpans(table, received, rejected, first_error)
 
 
+def span_problem(span: Any, tid: bytes, sid: bytes, pid: bytes, start: int, end: int) -> str:
+    """Why a span cannot be stored (``''`` when it can): the checks both mapping paths apply.
+
+    The ids and times are passed in because the caller has already read them from the message.
+    """
+    if len(tid) != 16 or tid == _ZERO_TRACE:
+        return f"invalid trace_id (length {len(tid)}, must be 16 non-zero bytes)"
+    if len(sid) != 8 or sid == _ZERO_SPAN:
+        return f"invalid span_id (length {len(sid)}, must be 8 non-zero bytes)"
+    if pid and len(pid) != 8:
+        return f"invalid parent_span_id (length {len(pid)}, must be 0 or 8 bytes)"
+    if end < start:
+        return "end_time_unix_nano is before start_time_unix_nano"
+    if end >= _MAX_NS:
+        return "timestamp beyond the year 2262"
+    if span.events and any(e.time_unix_nano >= _MAX_NS for e in span.events):
+        return "event timestamp beyond the year 2262"
+    if span.links and any(
+        len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8) for link in span.links
+    ):
+        return "invalid link trace_id/span_id length"
+    return ""
+
+
 def validate_request(request: ExportTraceServiceRequest) -> tuple[int, int, str]:
     """Drop invalid spans from ``request`` in place (same rules as :func:`request_to_arrow`).
 
@@ -516,26 +523,9 @@ def validate_request(request: ExportTraceServiceRequest) -> tuple[int, int, str]
                 received += 1
                 tid = span.trace_id
                 sid = span.span_id
-                pid = span.parent_span_id
-                end = span.end_time_unix_nano
-                problem = ""
-                if len(tid) != 16 or tid == _ZERO_TRACE:
-                    problem = f"invalid trace_id (length {len(tid)}, must be 16 non-zero bytes)"
-                elif len(sid) != 8 or sid == _ZERO_SPAN:
-                    problem = f"invalid span_id (length {len(sid)}, must be 8 non-zero bytes)"
-                elif pid and len(pid) != 8:
-                    problem = f"invalid parent_span_id (length {len(pid)}, must be 0 or 8 bytes)"
-                elif end < span.start_time_unix_nano:
-                    problem = "end_time_unix_nano is before start_time_unix_nano"
-                elif end >= _MAX_NS:
-                    problem = "timestamp beyond the year 2262"
-                elif span.events and any(e.time_unix_nano >= _MAX_NS for e in span.events):
-                    problem = "event timestamp beyond the year 2262"
-                elif span.links and any(
-                    len(link.trace_id) not in (0, 16) or len(link.span_id) not in (0, 8)
-                    for link in span.links
-                ):
-                    problem = "invalid link trace_id/span_id length"
+                problem = span_problem(
+                    span, tid, sid, span.parent_span_id, span.start_time_unix_nano, span.end_time_unix_nano
+                )
                 if problem:
                     bad.append(index)
                     if not first_error:
