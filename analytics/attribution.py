@@ -45,6 +45,7 @@ from analytics.conventions import (
     IS_LLM,
     IS_STRUCTURE,
     KIND,
+    MAYBE_LLM,
     MODEL,
     PROVIDER,
     RESEND,
@@ -171,9 +172,10 @@ SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(Span
        max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
        any({PROVIDER}) AS provider, any({MODEL}) AS model
 FROM {table}
+-- A subquery builds a hash set; an array literal on the right of IN would be scanned per row. As
+-- PREWHERE, only the id column is read for spans of other traces.
+PREWHERE cityHash64(TraceId) IN (SELECT arrayJoin({{keys:Array(UInt64)}}))
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
-  -- A subquery builds a hash set; an array literal on the right of IN would be scanned per row.
-  AND cityHash64(TraceId) IN (SELECT arrayJoin({{keys:Array(UInt64)}}))
 GROUP BY cityHash64(TraceId, SpanId)
 """
 
@@ -443,7 +445,7 @@ def llm_signals_sql(table: str) -> str:
     )
     return f"""
 WITH hot AS (
-    SELECT cityHash64(TraceId) FROM {table} WHERE {windows} AND {IS_HOT_ROOT}
+    SELECT cityHash64(TraceId) FROM {table} PREWHERE ParentSpanId = '' WHERE {windows} AND {IS_HOT_ROOT}
 )
 SELECT window, provider, model, toInt64(sum(n)) AS calls, toInt64(sum(errors)) AS errors,
        toInt64(sum(throttled)) AS throttled, toInt64(sum(greatest(n - 1, resent))) AS retries,
@@ -462,6 +464,8 @@ FROM (
                {PROVIDER} AS provider, {MODEL} AS model, {ERRORED} AS err, {THROTTLED} AS thr,
                {RESEND} AS resend, {IS_COLD_MARKED} AS cold_marked
         FROM {table}
+        PREWHERE {MAYBE_LLM}
+            AND (has(SpanAttributes.keys, {{cv_model_attr:String}}) OR has({{models:Array(String)}}, ''))
         WHERE {windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
     )
     GROUP BY trace_key, call_key

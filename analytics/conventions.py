@@ -245,3 +245,15 @@ TOKENS = (
     "SpanAttributes[{cv_out_tok1:String}])))"
 )
 QUEUE = "if(SpanAttributes[{cv_queue_attr:String}] != '', SpanAttributes[{cv_queue_attr:String}], SpanName)"
+
+# Cheap necessary conditions, for PREWHERE: they read only the maps' key subcolumns (a key lookup
+# reads the whole map column), so the maps of spans that cannot match are never decompressed.
+# IS_LLM needs the operation key or a provider key (unless a convention matches the empty value).
+MAYBE_LLM = (
+    "(has(SpanAttributes.keys, {cv_op_attr:String}) "
+    "OR has(SpanAttributes.keys, {cv_provider_attr0:String}) "
+    "OR has(SpanAttributes.keys, {cv_provider_attr1:String}) "
+    "OR has({cv_llm_ops:Array(String)}, '') OR {cv_remote_agent:String} = '')"
+)
+# IS_WORKFLOW needs the operation key (unless a workflow operation is the empty value).
+MAYBE_WORKFLOW = "(has(SpanAttributes.keys, {cv_op_attr:String}) OR has({cv_workflow_ops:Array(String)}, ''))"

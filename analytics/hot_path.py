@@ -20,6 +20,7 @@ from analytics.conventions import (
     IS_HOT_ROOT,
     IS_LLM,
     KIND,
+    MAYBE_LLM,
     VERSION,
     Conventions,
 )
@@ -104,6 +105,8 @@ FROM (
             -- message consumer (queued work parented to its producer is not on the request path).
             NOT is_root AND {IS_LLM} AND NOT {IS_COLD_MARKED} AND {KIND} != 'Consumer' AS is_sync_llm
         FROM {table}
+        -- Roots and possible LLM spans only: the attribute maps of other spans are never read.
+        PREWHERE ParentSpanId = '' OR {MAYBE_LLM}
         WHERE ((Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}})
            OR (Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be_m:DateTime64(9)}}))
           AND (is_root OR is_sync_llm)

@@ -122,33 +122,53 @@ def _significant(
     return (practical and statistical, low, high)
 
 
+def _has_duplicates(frame: pl.DataFrame, key: str) -> bool:
+    return frame.height > 0 and frame[key].n_unique() < frame.height
+
+
 def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     """One row per (service, operation, version) served in the current window. Pure."""
     if requests.is_empty():
         return empty(RELEASES_SCHEMA)
-    # A request seen in both windows (overlapping windows) counts once on the "before" side.
-    per_version = (
-        requests.unique(subset=["trace_key", "window"])
+    # A request seen in both windows (overlapping windows) counts once on the "before" side. Keys
+    # are checked first: with disjoint windows every trace appears once and nothing is deduplicated.
+    slim = requests.select(
+        "trace_key", "service", "operation", "version", "start", "window", "duration_ms", "sync_llm_calls"
+    )
+    if _has_duplicates(slim, "trace_key"):
+        slim = slim.unique(subset=["trace_key", "window"])
+    # Release time per (service, version): its first span, else its first request here.
+    released_at = (
+        slim.group_by("service", "version")
+        .agg(pl.col("start").min())
         .join(release_times, on=["service", "version"], how="left")
-        .with_columns(
-            pl.coalesce(pl.col("released_at"), pl.col("start").min().over("service", "version")).alias(
-                "released_at"
-            )
+        .select(
+            "service", "version", pl.coalesce(pl.col("released_at"), pl.col("start")).alias("released_at")
         )
     )
     rows: list[dict[str, Any]] = []
-    for (service, operation), group in per_version.group_by("service", "operation", maintain_order=True):
-        versions = group.group_by("version").agg(pl.col("released_at").min()).sort("released_at", "version")
+    for (service, operation), group in slim.drop("start").group_by(
+        "service", "operation", maintain_order=True
+    ):
+        versions = (
+            group.select("version")
+            .unique()
+            .join(released_at.filter(pl.col("service") == service), on="version", how="left")
+            .sort("released_at", "version")
+        )
         order = versions["version"].to_list()
         released = dict(zip(order, versions["released_at"].to_list(), strict=True))
+        by_version = group.drop("service", "operation").partition_by("version", as_dict=True)
         current_versions = set(group.filter(pl.col("window") == "current")["version"].unique().to_list())
         for index, version in enumerate(order):
             if version not in current_versions:
                 continue
-            after = group.filter((pl.col("version") == version) & (pl.col("window") == "current"))
+            after = by_version[(version,)].filter(pl.col("window") == "current")
             after_ms = after["duration_ms"].to_numpy()
             if index > 0:
-                prev = group.filter(pl.col("version") == order[index - 1]).unique(subset=["trace_key"])
+                prev = by_version[(order[index - 1],)]
+                if _has_duplicates(prev, "trace_key"):
+                    prev = prev.unique(subset=["trace_key"])
             else:
                 prev = group.clear()
             before_ms = prev["duration_ms"].to_numpy()

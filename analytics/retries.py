@@ -23,7 +23,7 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_WORKFLOW, RESEND, TOKENS, WORKFLOW_NAME, Conventions
+from analytics.conventions import IS_WORKFLOW, MAYBE_WORKFLOW, RESEND, TOKENS, WORKFLOW_NAME, Conventions
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -76,6 +76,7 @@ WITH wf AS (
     SELECT cityHash64(TraceId) AS trace_key, argMin(SpanId, Timestamp) AS wf_span,
            argMin({WORKFLOW_NAME}, Timestamp) AS workflow
     FROM {table}
+    PREWHERE {MAYBE_WORKFLOW}
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
     GROUP BY trace_key
 )
@@ -87,8 +88,8 @@ FROM (
            min(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toInt64(any({TOKENS})) AS tokens,
            toInt64(any({RESEND})) AS resend
     FROM {table}
+    PREWHERE cityHash64(TraceId) IN (SELECT trace_key FROM wf)
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}}
-      AND cityHash64(TraceId) IN (SELECT trace_key FROM wf)
     GROUP BY trace_key, cityHash64(SpanId)
 ) AS sp
 INNER JOIN wf ON sp.trace_key = wf.trace_key
