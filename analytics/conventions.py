@@ -200,17 +200,28 @@ class Conventions:
 # Conventions.sql_parameters(), so user-chosen attribute names never become SQL text.
 KIND = span_kind_sql()
 STATUS = status_code_sql()
-OP = "SpanAttributes[{cv_op_attr:String}]"
+
+
+def _attr(column: str, key: str) -> str:
+    """``column[key]`` ('' when absent) as a lookup in the map's key and value subcolumns: the
+    first matching key wins, as with ``column[key]``, but the map is not materialized per lookup."""
+    return f"{column}.values[indexOf({column}.keys, {{{key}:String}})]"
+
+
+def _span(key: str) -> str:
+    return _attr("SpanAttributes", key)
+
+
+OP = _span("cv_op_attr")
 PATH = (
-    "if(SpanAttributes[{cv_path_attr:String}] != '', SpanAttributes[{cv_path_attr:String}], "
-    "ResourceAttributes[{cv_path_attr:String}])"
+    f"if({_span('cv_path_attr')} != '', {_span('cv_path_attr')}, "
+    f"{_attr('ResourceAttributes', 'cv_path_attr')})"
 )
 PROVIDER = (
-    "if(SpanAttributes[{cv_provider_attr0:String}] != '', SpanAttributes[{cv_provider_attr0:String}], "
-    "SpanAttributes[{cv_provider_attr1:String}])"
+    f"if({_span('cv_provider_attr0')} != '', {_span('cv_provider_attr0')}, {_span('cv_provider_attr1')})"
 )
-MODEL = "SpanAttributes[{cv_model_attr:String}]"
-VERSION = "ResourceAttributes[{cv_version_attr:String}]"
+MODEL = _span("cv_model_attr")
+VERSION = _attr("ResourceAttributes", "cv_version_attr")
 IS_ROOT = "ParentSpanId = ''"
 IS_HOT_ROOT = (
     f"(ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}}))"
@@ -225,26 +236,24 @@ IS_LLM = (
 IS_STRUCTURE = f"({OP} IN {{cv_structure_ops:Array(String)}} AND NOT {IS_LLM})"
 IS_WORKFLOW = f"({OP} IN {{cv_workflow_ops:Array(String)}})"
 WORKFLOW_NAME = (
-    "multiIf(SpanAttributes[{cv_wf_attr0:String}] != '', SpanAttributes[{cv_wf_attr0:String}], "
-    "SpanAttributes[{cv_wf_attr1:String}] != '', SpanAttributes[{cv_wf_attr1:String}], SpanName)"
+    f"multiIf({_span('cv_wf_attr0')} != '', {_span('cv_wf_attr0')}, "
+    f"{_span('cv_wf_attr1')} != '', {_span('cv_wf_attr1')}, SpanName)"
 )
 ABANDONED = (
-    "(SpanAttributes[{cv_http_status_attr:String}] IN {cv_abandon_codes:Array(String)} "
-    "OR lower(SpanAttributes[{cv_abandon_attr:String}]) = 'true')"
+    f"({_span('cv_http_status_attr')} IN {{cv_abandon_codes:Array(String)}} "
+    f"OR lower({_span('cv_abandon_attr')}) = 'true')"
 )
 THROTTLED = (
-    "(SpanAttributes[{cv_http_status_attr:String}] IN {cv_throttle_codes:Array(String)} "
-    "OR SpanAttributes[{cv_error_type_attr:String}] IN {cv_throttle_codes:Array(String)})"
+    f"({_span('cv_http_status_attr')} IN {{cv_throttle_codes:Array(String)}} "
+    f"OR {_span('cv_error_type_attr')} IN {{cv_throttle_codes:Array(String)}})"
 )
-ERRORED = f"({STATUS} = 'Error' OR SpanAttributes[{{cv_error_type_attr:String}}] != '')"
-RESEND = "toUInt32OrZero(SpanAttributes[{cv_resend_attr:String}])"
+ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '')"
+RESEND = f"toUInt32OrZero({_span('cv_resend_attr')})"
 TOKENS = (
-    "(toUInt64OrZero(if(SpanAttributes[{cv_in_tok0:String}] != '', SpanAttributes[{cv_in_tok0:String}], "
-    "SpanAttributes[{cv_in_tok1:String}])) + "
-    "toUInt64OrZero(if(SpanAttributes[{cv_out_tok0:String}] != '', SpanAttributes[{cv_out_tok0:String}], "
-    "SpanAttributes[{cv_out_tok1:String}])))"
+    f"(toUInt64OrZero(if({_span('cv_in_tok0')} != '', {_span('cv_in_tok0')}, {_span('cv_in_tok1')})) + "
+    f"toUInt64OrZero(if({_span('cv_out_tok0')} != '', {_span('cv_out_tok0')}, {_span('cv_out_tok1')})))"
 )
-QUEUE = "if(SpanAttributes[{cv_queue_attr:String}] != '', SpanAttributes[{cv_queue_attr:String}], SpanName)"
+QUEUE = f"if({_span('cv_queue_attr')} != '', {_span('cv_queue_attr')}, SpanName)"
 
 # Cheap necessary conditions, for PREWHERE: they read only the maps' key subcolumns (a key lookup
 # reads the whole map column), so the maps of spans that cannot match are never decompressed.
