@@ -318,7 +318,7 @@ def analyze(
     requests = fetch_requests(store, windows, conv)
     # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
     hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
-    services = sorted(set(requests.filter(pl.col("window") == "current")["service"].to_list()))
+    services = sorted(requests.filter(pl.col("window") == "current")["service"].unique().to_list())
     release_rows = releases(requests, fetch_release_times(store, services, windows, conv), conv)
 
     jobs = fetch_jobs(store, windows, conv)
