@@ -1,4 +1,4 @@
-"""Hand-built analysis frames with known values (the columns of ``analytics.Analysis``).
+"""Hand-built ``analytics.Analysis`` frames with known values.
 
 The figures are pure functions of these frames, so their tests need no store: every number drawn
 can be checked against the row it came from. ``HOSTILE`` names appear in every string column a
@@ -7,10 +7,11 @@ span can set, to prove nothing in them is interpreted as markup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
+
+from analytics import Analysis
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_FLAG = '<img src=x onerror="window.__xss=1">'
@@ -21,34 +22,12 @@ END = START + timedelta(hours=4)
 BUCKET = timedelta(minutes=10)
 
 
-@dataclass(frozen=True)
-class FrameAnalysis:
-    start: datetime
-    end: datetime
-    baseline_start: datetime
-    baseline_end: datetime
-    hot_path: pl.DataFrame
-    releases: pl.DataFrame
-    release_coupling: pl.DataFrame
-    hot_path_series: pl.DataFrame
-    cold_path: pl.DataFrame
-    cold_path_series: pl.DataFrame
-    cold_path_cdf: pl.DataFrame
-    abandonment: pl.DataFrame
-    abandonment_summary: pl.DataFrame
-    retry_hops: pl.DataFrame
-    retry_amplification: pl.DataFrame
-    attribution: pl.DataFrame
-    attribution_spans: pl.DataFrame
-    llm_signals: pl.DataFrame
-
-
 def _buckets() -> list[datetime]:
     n = int((END - START) / BUCKET)
     return [START + i * BUCKET for i in range(n)]
 
 
-def sample_analysis(hostile: bool = True) -> FrameAnalysis:
+def sample_analysis(hostile: bool = True) -> Analysis:
     """Two hot operations (one with a release that adds an LLM call), two queues (one starved), an
     abandonment cliff at 2000 ms, a 3-hop workflow at 5% retries, an LLM and an internal regression."""
     svc = "chat-api"
@@ -267,7 +246,7 @@ def sample_analysis(hostile: bool = True) -> FrameAnalysis:
             "cold_share_current": [0.4],
         }
     )
-    return FrameAnalysis(
+    return Analysis(
         start=START,
         end=END,
         baseline_start=START - (END - START),
@@ -310,7 +289,7 @@ def sample_alerts(hostile: bool = True) -> pl.DataFrame:
     )
 
 
-def empty_like(analysis: FrameAnalysis) -> FrameAnalysis:
+def empty_like(analysis: Analysis) -> Analysis:
     """The same analysis with every frame emptied (a window with no traffic)."""
     frames = {
         name: getattr(analysis, name).clear()
@@ -331,7 +310,7 @@ def empty_like(analysis: FrameAnalysis) -> FrameAnalysis:
             "llm_signals",
         )
     }
-    return FrameAnalysis(
+    return Analysis(
         start=analysis.start,
         end=analysis.end,
         baseline_start=analysis.baseline_start,
