@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -294,11 +294,6 @@ class Analysis:
             run_id=run_id,
             **loaded,
         )
-
-    def with_run_id(self, run_id: str) -> Analysis:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        values["run_id"] = run_id
-        return Analysis(**values)
 
 
 def analyze(

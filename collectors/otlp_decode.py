@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import json
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -552,16 +551,3 @@ def export_response(rejected: int = 0, error_message: str = "") -> ExportTraceSe
             ExportTracePartialSuccess(rejected_spans=rejected, error_message=error_message)
         )
     return response
-
-
-def count_spans(request: ExportTraceServiceRequest) -> int:
-    return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-
-
-def concat_decoded(parts: Sequence[DecodedSpans]) -> DecodedSpans:
-    tables = [p.table for p in parts if p.table.num_rows]
-    table = pa.concat_tables(tables) if tables else empty_spans_table()
-    errors = [p.error_message for p in parts if p.error_message]
-    return DecodedSpans(
-        table, sum(p.received for p in parts), sum(p.rejected for p in parts), errors[0] if errors else ""
-    )

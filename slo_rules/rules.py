@@ -345,12 +345,6 @@ class RuleSet:
     def names(self) -> list[str]:
         return [rule.name for rule in self.rules]
 
-    def by_name(self, name: str) -> AnyRule:
-        for rule in self.rules:
-            if rule.name == name:
-                return rule
-        raise KeyError(name)
-
 
 # ---------------------------------------------------------------------------------------------
 # YAML with line numbers

@@ -50,10 +50,6 @@ class AnalyticsSource:
     def analyses_run(self) -> int:
         return len(self._analyses)
 
-    @property
-    def good_total_queries(self) -> int:
-        return len(self._good_total)
-
     def _module(self) -> Any:
         if self._analytics is None:
             self._analytics = importlib.import_module("analytics")

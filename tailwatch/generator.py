@@ -486,7 +486,6 @@ class _Source:
     build: Callable[[Workload, random.Random, int], None]
     rng: random.Random = field(default_factory=random.Random)
     next_ns: int = 0
-    spans_per_trace: float = 5.0
 
 
 class Workload:
@@ -525,12 +524,12 @@ class Workload:
         self._collect = _Collect()
         self._tracers = _Tracers(self._collect, seed)
         self._sources = [
-            _Source("chat", 2400, _build_chat, spans_per_trace=6.2),
-            _Source("assistant", 1600, _build_assistant, spans_per_trace=4.1),
-            _Source("documents", 1000, _build_document, spans_per_trace=8.0),
-            _Source("search", 1600, _build_search, spans_per_trace=7.0),
-            _Source("support", 1200, _build_support, spans_per_trace=5.0),
-            _Source("claims", 400, _build_claims, spans_per_trace=6.2),
+            _Source("chat", 2400, _build_chat),
+            _Source("assistant", 1600, _build_assistant),
+            _Source("documents", 1000, _build_document),
+            _Source("search", 1600, _build_search),
+            _Source("support", 1200, _build_support),
+            _Source("claims", 400, _build_claims),
         ]
         for source in self._sources:
             # Each service has its own stream: switching a scenario off changes nothing elsewhere.
@@ -572,10 +571,6 @@ class Workload:
     def estimated_traces(self) -> int:
         days = (self._end_ns - self._start_ns) / DAY_NS
         return int(sum(s.per_day for s in self._sources) * self.scale * days)
-
-    def estimated_spans(self) -> int:
-        days = (self._end_ns - self._start_ns) / DAY_NS
-        return int(sum(s.per_day * s.spans_per_trace for s in self._sources) * self.scale * days)
 
     # -- generation --------------------------------------------------------------------------
     def _rate_per_ns(self, source: _Source, at_ns: int) -> float:
