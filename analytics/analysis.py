@@ -1,8 +1,8 @@
 """One analysis run: every metric over a window and its baseline, as Polars frames and as JSON.
 
-``analyze`` runs the SQL reductions (one query per shape of data: requests, release times, queued
-jobs, workflow spans, tail-trace spans, LLM signals) and hands the narrow results to the pure metric
-functions of the sibling modules.
+``analyze`` runs the SQL reductions (one query per shape of data: requests, workflows, the spans of
+the tail and workflow traces, release times, queued jobs, LLM signals) and hands the narrow results
+to the pure metric functions of the sibling modules, overlapping the two.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,9 +31,9 @@ from analytics.attribution import (
     attribute,
     critical_path,
     fetch_llm_signals,
-    fetch_tail_spans,
     llm_causes,
     llm_signals,
+    tail_spans,
     tail_traces,
 )
 from analytics.cold_path import (
@@ -62,10 +63,12 @@ from analytics.releases import (
 from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
     RETRY_HOPS_SCHEMA,
-    fetch_workflow_spans,
+    fetch_workflows,
     retry_metrics,
+    workflow_spans,
 )
 from analytics.rollups import long_window_hot_path
+from analytics.trace_spans import fetch_trace_spans
 from collectors.store import Store
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
@@ -309,27 +312,46 @@ def analyze(
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     every = series_every(windows.start, windows.end, conv.series_buckets)
-
-    requests = fetch_requests(store, windows, conv)
-    # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
-    hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
-    services = sorted(requests.filter(pl.col("window") == "current")["service"].unique().to_list())
-    release_rows = releases(requests, fetch_release_times(store, services, windows, conv), conv)
-
-    jobs = fetch_jobs(store, windows, conv)
-    buckets = abandonment(requests, conv)
-    hops, amplification = retry_metrics(fetch_workflow_spans(store, windows, conv))
-
-    tails = tail_traces(requests, conv)
     lo = min(windows.start, windows.baseline_start)
     hi = max(windows.end, windows.baseline_end) + conv.trace_margin
-    tail_spans = fetch_tail_spans(store, tails["trace_key"].unique().to_list(), lo, hi, conv)
-    # The tail traces get their ids back from their spans.
-    tails = tails.join(tail_spans.select("trace_key", "trace_id").unique(), on="trace_key", how="inner")
-    path = critical_path(tail_spans)
-    attribution, attribution_spans = attribute(requests, tails, path, conv)
-    causes = llm_causes(attribution, attribution_spans)
-    signals = llm_signals(causes, fetch_llm_signals(store, causes, windows, conv))
+
+    requests = fetch_requests(store, windows, conv)
+    services = sorted(requests.filter(pl.col("window") == "current")["service"].unique().to_list())
+    tails = tail_traces(requests, conv)
+
+    # The store answers one query at a time: one thread runs the remaining reductions in order
+    # while this one does the Polars work on what has arrived, so the two overlap.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql") as sql:
+        workflows_f = sql.submit(fetch_workflows, store, windows, conv)
+
+        def read_trace_spans() -> pl.DataFrame:
+            # Tail traces and workflow traces in one pass (see analytics.trace_spans).
+            keys = tails["trace_key"].unique().to_list() + workflows_f.result()["trace_key"].to_list()
+            return fetch_trace_spans(store, keys, lo, hi, conv)
+
+        trace_spans_f = sql.submit(read_trace_spans)
+        release_times_f = sql.submit(fetch_release_times, store, services, windows, conv)
+        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
+
+        # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
+        hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
+        hot_series = hot_path_series(requests, every)
+        buckets = abandonment(requests, conv)
+        buckets_summary = abandonment_summary(requests, buckets, conv)
+
+        trace_spans = trace_spans_f.result()
+        tail_spans_ = tail_spans(trace_spans)
+        # The tail traces get their ids back from their spans.
+        tails = tails.join(tail_spans_.select("trace_key", "trace_id").unique(), on="trace_key", how="inner")
+        path = critical_path(tail_spans_.join(tails.select("trace_key").unique(), on="trace_key", how="semi"))
+        attribution, attribution_spans = attribute(requests, tails, path, conv)
+        causes = llm_causes(attribution, attribution_spans)
+        signals_f = sql.submit(fetch_llm_signals, store, causes, windows, conv)
+
+        hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows_f.result(), windows, conv))
+        release_rows = releases(requests, release_times_f.result(), conv)
+        jobs = jobs_f.result()
+        signals = llm_signals(causes, signals_f.result())
 
     return Analysis(
         start=windows.start,
@@ -339,12 +361,12 @@ def analyze(
         hot_path=hot,
         releases=release_rows,
         release_coupling=release_coupling(release_rows, conv),
-        hot_path_series=hot_path_series(requests, every),
+        hot_path_series=hot_series,
         cold_path=cold_path_summary(jobs, conv),
         cold_path_series=cold_path_series(jobs, every),
         cold_path_cdf=cold_path_cdf(jobs, conv.cdf_points),
         abandonment=buckets,
-        abandonment_summary=abandonment_summary(requests, buckets, conv),
+        abandonment_summary=buckets_summary,
         retry_hops=hops,
         retry_amplification=amplification,
         attribution=attribution,

@@ -43,8 +43,6 @@ from analytics.conventions import (
     IS_COLD_MARKED,
     IS_HOT_ROOT,
     IS_LLM,
-    IS_STRUCTURE,
-    KIND,
     MAYBE_LLM,
     MODEL,
     PROVIDER,
@@ -52,6 +50,7 @@ from analytics.conventions import (
     THROTTLED,
     Conventions,
 )
+from analytics.trace_spans import fetch_trace_spans
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -66,7 +65,7 @@ __all__ = [
     "fetch_llm_signals",
     "fetch_tail_spans",
     "llm_signals",
-    "tail_spans_sql",
+    "tail_spans",
     "tail_traces",
 ]
 
@@ -163,34 +162,16 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 # --- SQL: spans of the tail traces -------------------------------------------------------------
 
 
-def tail_spans_sql(table: str) -> str:
-    return f"""
-SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
-       any(ParentSpanId) AS parent_id, any(SpanName) AS name,
-       any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
-       max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns,
-       max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
-       any({PROVIDER}) AS provider, any({MODEL}) AS model
-FROM {table}
--- A subquery builds a hash set; an array literal on the right of IN would be scanned per row. As
--- PREWHERE, only the id column is read for spans of other traces.
-PREWHERE cityHash64(TraceId) IN (SELECT arrayJoin({{keys:Array(UInt64)}}))
-WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
-GROUP BY cityHash64(TraceId, SpanId)
-"""
-
-
 def fetch_tail_spans(
     store: Store, trace_keys: list[int], lo: datetime, hi: datetime, conventions: Conventions
 ) -> pl.DataFrame:
     """Spans of the traces whose ``cityHash64(TraceId)`` is in ``trace_keys`` (with ``trace_key``)."""
-    if not trace_keys:
-        return empty(TAIL_SPANS_SCHEMA)
-    params = {**conventions.sql_parameters(), "lo": lo, "hi": hi, "keys": trace_keys}
-    frame = normalize(store.query_polars(tail_spans_sql(store.table(TRACES_TABLE)), params))
-    if frame.is_empty():
-        return empty(TAIL_SPANS_SCHEMA)
-    return frame.cast(pl.Schema(TAIL_SPANS_SCHEMA)).select(list(TAIL_SPANS_SCHEMA))
+    return tail_spans(fetch_trace_spans(store, trace_keys, lo, hi, conventions))
+
+
+def tail_spans(trace_spans: pl.DataFrame) -> pl.DataFrame:
+    """The columns the critical path reads, from :func:`analytics.trace_spans.fetch_trace_spans`."""
+    return trace_spans.select(list(TAIL_SPANS_SCHEMA))
 
 
 # --- critical path (pure) ----------------------------------------------------------------------

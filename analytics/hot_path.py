@@ -80,7 +80,10 @@ _QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99, "p999_ms": 0.999}
 def requests_sql(table: str) -> str:
     """One row per hot-path request started in either window (``window`` = current | baseline)."""
     return f"""
-SELECT trace_key, service, operation, version, start, duration_ms, abandoned, sync_llm_calls, w AS window
+-- Repeated strings travel as Arrow dictionaries (LowCardinality): the result has a row per request.
+SELECT trace_key, toLowCardinality(service) AS service, toLowCardinality(operation) AS operation,
+       toLowCardinality(version) AS version, start, duration_ms, abandoned, sync_llm_calls,
+       toLowCardinality(w) AS window
 FROM (
     SELECT
         trace_key,
@@ -123,7 +126,13 @@ ARRAY JOIN arrayFilter(x -> x != '', [
 
 def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = normalize(store.query_polars(requests_sql(store.table(TRACES_TABLE)), params))
+    frame = normalize(
+        store.query_polars(
+            requests_sql(store.table(TRACES_TABLE)),
+            params,
+            settings={"output_format_arrow_low_cardinality_as_dictionary": 1},
+        )
+    )
     if frame.is_empty():
         return empty(REQUESTS_SCHEMA)
     return frame.with_columns(

@@ -23,17 +23,21 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_WORKFLOW, MAYBE_WORKFLOW, RESEND, TOKENS, WORKFLOW_NAME, Conventions
+from analytics.conventions import IS_WORKFLOW, MAYBE_WORKFLOW, WORKFLOW_NAME, Conventions
+from analytics.trace_spans import fetch_trace_spans
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
 __all__ = [
     "RETRY_AMPLIFICATION_SCHEMA",
     "RETRY_HOPS_SCHEMA",
+    "WORKFLOWS_SCHEMA",
     "WORKFLOW_SPANS_SCHEMA",
     "fetch_workflow_spans",
+    "fetch_workflows",
     "retry_metrics",
-    "workflow_spans_sql",
+    "workflow_spans",
+    "workflows_sql",
 ]
 
 WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
@@ -69,44 +73,58 @@ RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
 _MAX_DEPTH = 64
 
 
-def workflow_spans_sql(table: str) -> str:
-    """Every span (deduplicated) of each trace whose workflow span started in [s, e)."""
+WORKFLOWS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
+    "wf_span": pl.String,
+    "workflow": pl.String,
+}
+
+
+def workflows_sql(table: str) -> str:
+    """One row per trace whose workflow span (its earliest) started in [s, e)."""
     return f"""
-WITH wf AS (
-    SELECT cityHash64(TraceId) AS trace_key, argMin(SpanId, Timestamp) AS wf_span,
-           argMin({WORKFLOW_NAME}, Timestamp) AS workflow
-    FROM {table}
-    PREWHERE {MAYBE_WORKFLOW}
-    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
-    GROUP BY trace_key
-)
-SELECT sp.trace_id, sp.span_id, sp.parent_id, sp.name, sp.start_ns, sp.tokens, sp.resend,
-       wf.wf_span, wf.workflow
-FROM (
-    SELECT cityHash64(TraceId) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
-           any(ParentSpanId) AS parent_id, any(SpanName) AS name,
-           min(toUnixTimestamp64Nano(Timestamp)) AS start_ns, toInt64(any({TOKENS})) AS tokens,
-           toInt64(any({RESEND})) AS resend
-    FROM {table}
-    PREWHERE cityHash64(TraceId) IN (SELECT trace_key FROM wf)
-    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}}
-    GROUP BY trace_key, cityHash64(SpanId)
-) AS sp
-INNER JOIN wf ON sp.trace_key = wf.trace_key
+SELECT cityHash64(TraceId) AS trace_key, argMin(SpanId, Timestamp) AS wf_span,
+       argMin({WORKFLOW_NAME}, Timestamp) AS workflow
+FROM {table}
+PREWHERE {MAYBE_WORKFLOW}
+WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
+GROUP BY trace_key
 """
 
 
-def fetch_workflow_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    params = {
-        **conventions.sql_parameters(),
-        "s": windows.start,
-        "e": windows.end,
-        "e_m": windows.end + conventions.trace_margin,
-    }
-    frame = normalize(store.query_polars(workflow_spans_sql(store.table(TRACES_TABLE)), params))
+def fetch_workflows(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    params = {**conventions.sql_parameters(), "s": windows.start, "e": windows.end}
+    frame = normalize(store.query_polars(workflows_sql(store.table(TRACES_TABLE)), params))
     if frame.is_empty():
-        return empty(WORKFLOW_SPANS_SCHEMA)
-    return frame.cast(pl.Schema(WORKFLOW_SPANS_SCHEMA)).select(list(WORKFLOW_SPANS_SCHEMA))
+        return empty(WORKFLOWS_SCHEMA)
+    return frame.cast(pl.Schema(WORKFLOWS_SCHEMA)).select(list(WORKFLOWS_SCHEMA))
+
+
+def workflow_spans(
+    trace_spans: pl.DataFrame, workflows: pl.DataFrame, windows: Windows, conventions: Conventions
+) -> pl.DataFrame:
+    """The spans of the workflow traces (from :func:`analytics.trace_spans.fetch_trace_spans`) that
+    start in [start, end + trace margin), with their workflow span and name. Pure."""
+    lo, hi = windows.start, windows.end + conventions.trace_margin
+    start = pl.from_epoch("start_ns", time_unit="ns").dt.replace_time_zone("UTC")
+    return (
+        trace_spans.filter((start >= lo) & (start < hi))
+        .join(workflows, on="trace_key", how="inner")
+        .select(list(WORKFLOW_SPANS_SCHEMA))
+    )
+
+
+def fetch_workflow_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """Every span (deduplicated) of each trace whose workflow span started in the window."""
+    workflows = fetch_workflows(store, windows, conventions)
+    spans = fetch_trace_spans(
+        store,
+        workflows["trace_key"].to_list(),
+        windows.start,
+        windows.end + conventions.trace_margin,
+        conventions,
+    )
+    return workflow_spans(spans, workflows, windows, conventions)
 
 
 def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
