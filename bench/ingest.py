@@ -12,12 +12,12 @@ Modes:
 
 * ``native`` — tailwatch's receiver as shipped on an embedded store: the receiver validates the
   spans and spools the raw request (fsync before the 200); ClickHouse parses and maps the batched
-  requests itself (Protobuf input format + ARRAY JOIN), 10k-row / 1 s batches.
+  requests itself (Protobuf input format + ARRAY JOIN), 50k-row / 1 s batches.
 * ``arrow`` — the same receiver with ``native_insert=False`` (what a ClickHouse server store uses):
   Arrow columns built straight from the decoded messages, spooled as Arrow IPC.
 * ``baseline`` — the straightforward receiver: decode, one Python dict per span, buffer the rows and
-  insert them with the client's row insert every 10k rows / 1 s (no spool, so it is the cheaper of
-  the two on paper).
+  insert them with the client's row insert in the same batches (50k rows / 1 s; no spool, so it is
+  the cheaper of the two on paper).
 """
 
 from __future__ import annotations
@@ -244,8 +244,10 @@ def _serve_baseline(store: Any) -> None:
     from starlette.routing import Route
 
     from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
+    from collectors.settings import PipelineSettings
 
     ensure_schema(store)
+    batch_rows = PipelineSettings.from_env().batch_rows  # the same batches as the receiver's
     columns = TRACES_ARROW_SCHEMA.names
     buffer: list[list[Any]] = []
     lock = threading.Condition()
@@ -256,7 +258,7 @@ def _serve_baseline(store: Any) -> None:
         while not stop.is_set() or buffer:
             with lock:
                 lock.wait_for(
-                    lambda: len(buffer) >= 10_000 or stop.is_set(),
+                    lambda: len(buffer) >= batch_rows or stop.is_set(),
                     timeout=max(0.0, 1.0 - (time.monotonic() - last)),
                 )
                 rows = buffer[:]
@@ -272,7 +274,7 @@ def _serve_baseline(store: Any) -> None:
             rows = [[row[c] for c in columns] for row in _baseline_rows(body)]
             with lock:
                 buffer.extend(rows)
-                if len(buffer) >= 10_000:
+                if len(buffer) >= batch_rows:
                     lock.notify()
 
         await run_in_threadpool(work)

@@ -189,7 +189,7 @@ def ingest_files(
     store: Store,
     paths: Sequence[Path | str],
     *,
-    batch_rows: int = 10_000,
+    batch_rows: int = 50_000,
     progress: bool = False,
     progress_file: IO[str] | None = None,
     native: bool = True,

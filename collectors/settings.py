@@ -50,7 +50,9 @@ class SettingsError(TailwatchError, ValueError):
 class PipelineSettings:
     """How the ingest pipeline batches, bounds and persists spans.
 
-    ``batch_rows``: insert as soon as this many spans are queued (ClickHouse likes 10k–100k).
+    ``batch_rows``: insert as soon as this many spans are queued. Fewer, larger inserts make fewer
+    parts for ClickHouse to write and merge: at 50k the receiver spends about 40% less CPU per span
+    than at 10k (``bench/ingest``), while ``flush_interval_s`` still bounds the wait at low rates.
     ``flush_interval_s``: insert at least this often when fewer are queued.
     ``max_queue_spans``: spans accepted but not yet inserted; beyond it receivers answer 429/503.
     ``spool_dir``: fsync'd write-ahead spool; an acknowledged export is on disk before the 200 and
@@ -60,7 +62,7 @@ class PipelineSettings:
     against the Python mapping at start; the Arrow path is used otherwise).
     """
 
-    batch_rows: int = 10_000
+    batch_rows: int = 50_000
     flush_interval_s: float = 1.0
     max_queue_spans: int = 200_000
     spool_dir: Path | None = None

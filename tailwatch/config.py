@@ -314,7 +314,7 @@ class ReceiverConfig(_Section):
 
 
 class IngestConfig(_Section):
-    batch_rows: int = Field(default=10_000, gt=0)
+    batch_rows: int = Field(default=50_000, gt=0)
     flush_interval: Duration = 1.0
     max_queue_spans: int = Field(default=200_000, gt=0)
     spool_dir: Path | None = None
@@ -880,7 +880,7 @@ otlp_http = "127.0.0.1:4318"   # OTLP/HTTP, also /api/v1, /dashboards, /metrics;
 otlp_grpc = "127.0.0.1:4317"   # OTLP/gRPC; "off" disables
 
 [ingest]
-batch_rows = 10000             # insert when this many spans are queued ...
+batch_rows = 50000             # insert when this many spans are queued ...
 flush_interval = "1s"          # ... or after this long
 max_queue_spans = 200000       # bound of the queue; beyond it exporters get 429/503
 max_request_bytes = 67108864   # body limit of one export, also after decompression

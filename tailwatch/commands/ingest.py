@@ -16,7 +16,7 @@ from tailwatch.commands._common import store_option
 @click.argument(
     "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--batch-rows", type=click.IntRange(min=1), default=10_000, show_default=True)
+@click.option("--batch-rows", type=click.IntRange(min=1), default=50_000, show_default=True)
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."
 )
