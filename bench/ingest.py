@@ -8,6 +8,10 @@ realistic spans (10–20 attributes) over loopback from several keep-alive conne
 * export-request latency p50/p99 (HdrHistogram, successful requests),
 * the receiver's peak RSS.
 
+Then, with no receiver at all, the storage ceiling: CPU per span of ClickHouse mapping the raw
+requests, writing already-mapped rows into ``otel_traces`` in the default batches, and merging
+them — what bounds any receiver on this machine.
+
 Modes:
 
 * ``native`` — tailwatch's receiver as shipped on an embedded store: the receiver validates the
@@ -436,6 +440,62 @@ def run_mode(mode: str, bodies: list[bytes], clients: int) -> Result:
         )
 
 
+# --- the storage ceiling ---------------------------------------------------------------------------
+
+
+@dataclass
+class Ceiling:
+    map_us: float  # ClickHouse parsing + flattening + mapping the raw requests (into a Null table)
+    write_us: float  # writing already-mapped rows into otel_traces (+ the Collector's trace-id MV)
+    merge_us: float  # merging those parts into one
+    batch_rows: int
+
+    @property
+    def bound_spans_per_s(self) -> float:
+        # Every span is written once and merged at least once; nothing else runs.
+        return (os.cpu_count() or 1) * 1e6 / (self.write_us + self.merge_us)
+
+
+def measure_ceiling(bodies: list[bytes], batches: int = 8) -> Ceiling:
+    """CPU per span of ClickHouse's own work on the Collector schema, with no receiver at all."""
+    from collectors.native_insert import NativeInserter
+    from collectors.schema import ensure_schema
+    from collectors.settings import PipelineSettings
+    from collectors.store import open_store
+
+    def cpu_s() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    batch_rows = PipelineSettings().batch_rows
+    per_batch = max(1, batch_rows // SPANS_PER_REQUEST)
+    with (
+        tempfile.TemporaryDirectory(prefix="tw-bench-ceiling-") as tmp,
+        open_store("chdb://" + str(Path(tmp) / "store")) as store,
+    ):
+        ensure_schema(store)
+        inserter = NativeInserter(store, Path(tmp) / "work", table="bench_null")
+        store.command("CREATE TABLE bench_null AS otel_traces ENGINE = Null")
+        chunks = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)][:batches]
+        started = cpu_s()
+        for chunk in chunks:
+            inserter.insert(chunk)
+        mapped = sum(len(c) for c in chunks) * SPANS_PER_REQUEST
+        map_us = (cpu_s() - started) * 1e6 / mapped
+        NativeInserter(store, Path(tmp) / "work").insert(chunks[0])
+        store.command("CREATE TABLE bench_rows ENGINE = Memory AS SELECT * FROM otel_traces")
+        store.command("TRUNCATE TABLE otel_traces")
+        rows = int(store.query_value("SELECT count() FROM bench_rows"))
+        started = cpu_s()
+        for _ in range(batches):
+            store.command("INSERT INTO otel_traces SELECT * FROM bench_rows")
+        write_us = (cpu_s() - started) * 1e6 / (rows * batches)
+        started = cpu_s()
+        store.command("OPTIMIZE TABLE otel_traces FINAL")
+        merge_us = (cpu_s() - started) * 1e6 / (rows * batches)
+    return Ceiling(map_us, write_us, merge_us, rows)
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -452,6 +512,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=8, help="concurrent keep-alive connections")
     parser.add_argument("--modes", default="native,arrow,baseline")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    parser.add_argument(
+        "--no-ceiling", action="store_true", help="skip the storage-ceiling measurement (no receiver)"
+    )
     parser.add_argument("--serve", help=argparse.SUPPRESS)
     parser.add_argument("--store", help=argparse.SUPPRESS)
     parser.add_argument("--spool", help=argparse.SUPPRESS)
@@ -482,8 +545,21 @@ def main(argv: list[str] | None = None) -> None:
             f"{r.mode:<10} {r.spans:>9} {r.spans_per_s:>10,.0f} {ratio:>8} {r.p50_ms:>8.1f} {r.p99_ms:>8.1f} "
             f"{r.peak_rss_mib:>13.0f} {r.throttled:>8} {r.cpu_us_per_span:>12.1f}"
         )
+    ceiling = None
+    if not args.no_ceiling:
+        print("measuring the storage ceiling…", file=sys.stderr)
+        ceiling = measure_ceiling(bodies)
+        print(
+            f"ClickHouse alone, CPU per span: mapping raw requests {ceiling.map_us:.1f} us; writing "
+            f"{ceiling.batch_rows:,}-row batches of mapped rows into otel_traces {ceiling.write_us:.1f} us; "
+            f"merging them {ceiling.merge_us:.1f} us → storage alone bounds ingest on this machine at "
+            f"{ceiling.bound_spans_per_s:,.0f} spans/s"
+        )
     if args.json:
-        print(json.dumps([r.__dict__ | {"spans_per_s": r.spans_per_s} for r in results]))
+        out: dict[str, Any] = {"modes": [r.__dict__ | {"spans_per_s": r.spans_per_s} for r in results]}
+        if ceiling is not None:
+            out["ceiling"] = ceiling.__dict__ | {"bound_spans_per_s": ceiling.bound_spans_per_s}
+        print(json.dumps(out))
 
 
 if __name__ == "__main__":
