@@ -67,7 +67,7 @@ from analytics.retries import (
     retry_metrics,
     workflow_spans,
 )
-from analytics.rollups import long_window_hot_path
+from analytics.rollups import coverage, long_window_hot_path
 from analytics.trace_spans import fetch_trace_spans
 from collectors.store import Store
 
@@ -330,7 +330,9 @@ def analyze(
             return fetch_trace_spans(store, keys, lo, hi, conv)
 
         trace_spans_f = sql.submit(read_trace_spans)
-        release_times_f = sql.submit(fetch_release_times, store, services, windows, conv)
+        release_times_f = sql.submit(
+            lambda: fetch_release_times(store, services, windows, conv, coverage(store))
+        )
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 import polars as pl
@@ -50,7 +49,7 @@ from analytics.conventions import (
     THROTTLED,
     Conventions,
 )
-from analytics.trace_spans import fetch_trace_spans
+from analytics.trace_spans import TRACE_SPANS_SCHEMA
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -63,25 +62,28 @@ __all__ = [
     "attribute",
     "critical_path",
     "fetch_llm_signals",
-    "fetch_tail_spans",
     "llm_signals",
     "tail_spans",
     "tail_traces",
 ]
 
+# The columns of analytics.trace_spans the critical path reads.
 TAIL_SPANS_SCHEMA: dict[str, Any] = {
-    "trace_key": pl.UInt64,
-    "trace_id": pl.String,
-    "span_id": pl.String,
-    "parent_id": pl.String,
-    "name": pl.String,
-    "kind": pl.String,
-    "start_ns": pl.Int64,
-    "end_ns": pl.Int64,
-    "is_llm": pl.Boolean,
-    "is_structure": pl.Boolean,
-    "provider": pl.String,
-    "model": pl.String,
+    name: TRACE_SPANS_SCHEMA[name]
+    for name in (
+        "trace_key",
+        "trace_id",
+        "span_id",
+        "parent_id",
+        "name",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "is_llm",
+        "is_structure",
+        "provider",
+        "model",
+    )
 }
 
 CRITICAL_PATH_SCHEMA: dict[str, Any] = {
@@ -160,13 +162,6 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 
 
 # --- SQL: spans of the tail traces -------------------------------------------------------------
-
-
-def fetch_tail_spans(
-    store: Store, trace_keys: list[int], lo: datetime, hi: datetime, conventions: Conventions
-) -> pl.DataFrame:
-    """Spans of the traces whose ``cityHash64(TraceId)`` is in ``trace_keys`` (with ``trace_key``)."""
-    return tail_spans(fetch_trace_spans(store, trace_keys, lo, hi, conventions))
 
 
 def tail_spans(trace_spans: pl.DataFrame) -> pl.DataFrame:

@@ -1,7 +1,11 @@
 """Hot-path p99 per release: the step at each release and the trend across releases.
 
 A release is a value of the resource attribute ``service.version``; its release time is the first
-span seen with it for that service (SQL below). Requests are attributed to the version that served
+span seen with it for that service (SQL below). The rollup job (:func:`analytics.build_rollups`)
+records first-seen times as it goes in ``tailwatch_release_times``; an analysis reads those for the
+minutes the job covered and scans raw spans of the look-back only where it did not, so a scheduled
+analysis does not rescan 30 days of spans every few minutes, and release times outlive the raw
+spans' TTL. Requests are attributed to the version that served
 them, so canaries and rollbacks compare like with like: a release's *before* is the previous
 version's requests (in the baseline or current window), its *after* is its own in the current
 window.
@@ -20,13 +24,16 @@ at least one significant upward step: p99 climbs with the release cadence.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
+from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
@@ -36,6 +43,8 @@ __all__ = [
     "RELEASE_COUPLING_SCHEMA",
     "RELEASE_TIMES_SCHEMA",
     "fetch_release_times",
+    "first_seen_sql",
+    "record_release_times",
     "release_coupling",
     "release_times_sql",
     "releases",
@@ -74,33 +83,89 @@ RELEASE_COUPLING_SCHEMA: dict[str, Any] = {
 }
 
 
-def release_times_sql(table: str) -> str:
+def first_seen_sql(table: str) -> str:
+    """First span per (service, version) in the given time ranges (``lo1..hi1`` or ``lo2..hi2``)."""
     return f"""
-SELECT ServiceName AS service, {VERSION} AS version, min(Timestamp) AS released_at
+SELECT ServiceName AS service, {VERSION} AS version, min(Timestamp) AS first_seen
 FROM {table}
-WHERE Timestamp >= {{lookback:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}
-  AND ServiceName IN {{services:Array(String)}}
+WHERE ((Timestamp >= {{lo1:DateTime64(9)}} AND Timestamp < {{hi1:DateTime64(9)}})
+    OR (Timestamp >= {{lo2:DateTime64(9)}} AND Timestamp < {{hi2:DateTime64(9)}}))
+  AND (empty({{services:Array(String)}}) OR ServiceName IN {{services:Array(String)}})
 GROUP BY service, version
 HAVING version != ''
 """
 
 
+def release_times_sql(table: str) -> str:
+    """First-seen times recorded by the rollup job."""
+    return f"""
+SELECT service, version, min(first_seen) AS released_at
+FROM {table}
+WHERE service IN {{services:Array(String)}}
+GROUP BY service, version
+"""
+
+
+def record_release_times(
+    store: Store, lo: datetime, hi: datetime, writer: str, built_at: datetime, conventions: Conventions
+) -> int:
+    """Record the first span of every (service, version) in [lo, hi) (part of the rollup job)."""
+    params = {**conventions.sql_parameters(), "lo1": lo, "hi1": hi, "lo2": lo, "hi2": lo, "services": []}
+    seen = store.query_arrow(first_seen_sql(store.table(TRACES_TABLE)), params)
+    if seen.num_rows:
+        store.insert_arrow(
+            store.table(RELEASE_TIMES_TABLE),
+            pa.table(
+                {
+                    "service": seen.column("service").cast(pa.string()),
+                    "version": seen.column("version").cast(pa.string()),
+                    "first_seen": seen.column("first_seen"),
+                    "writer": pa.array([writer] * seen.num_rows, pa.string()),
+                    "built_at": pa.array([built_at] * seen.num_rows, pa.timestamp("ms", tz="UTC")),
+                }
+            ),
+        )
+    return seen.num_rows
+
+
 def fetch_release_times(
-    store: Store, services: list[str], windows: Windows, conventions: Conventions
+    store: Store,
+    services: list[str],
+    windows: Windows,
+    conventions: Conventions,
+    covered: tuple[datetime, datetime] | None = None,
 ) -> pl.DataFrame:
+    """First span per (service, version) from ``release_lookback`` before the windows to their end:
+    the rollup job's records for the minutes in ``covered`` (see :func:`analytics.rollups.coverage`),
+    raw spans for the rest."""
     if not services:
         return empty(RELEASE_TIMES_SCHEMA)
-    params = {
-        **conventions.sql_parameters(),
-        "lookback": min(windows.start, windows.baseline_start) - conventions.release_lookback,
-        "e": max(windows.end, windows.baseline_end),
-        "services": services,
-    }
-    frame = normalize(store.query_polars(release_times_sql(store.table(TRACES_TABLE)), params))
+    lookback = min(windows.start, windows.baseline_start) - conventions.release_lookback
+    end = max(windows.end, windows.baseline_end)
+    # Raw spans before and after what the job covered (an empty range is lo == hi).
+    lo1, hi1, lo2, hi2 = lookback, end, end, end
+    frames = []
+    if covered is not None and covered[0] < end and covered[1] > lookback:
+        lo1, hi1 = lookback, max(lookback, covered[0])
+        lo2, hi2 = min(end, covered[1]), end
+        recorded = store.query_polars(
+            release_times_sql(store.table(RELEASE_TIMES_TABLE)), {"services": services}
+        )
+        frames.append(normalize(recorded).select("service", "version", "released_at"))
+    params = {**conventions.sql_parameters(), "lo1": lo1, "hi1": hi1, "lo2": lo2, "hi2": hi2}
+    raw = store.query_polars(first_seen_sql(store.table(TRACES_TABLE)), {**params, "services": services})
+    frames.append(normalize(raw).select("service", "version", pl.col("first_seen").alias("released_at")))
+    frame = pl.concat(
+        [f.with_columns(pl.col("released_at").cast(pl.Datetime("ns", "UTC"))) for f in frames if f.height]
+        or [empty(RELEASE_TIMES_SCHEMA)]
+    )
     if frame.is_empty():
         return empty(RELEASE_TIMES_SCHEMA)
-    return frame.with_columns(pl.col("released_at").cast(pl.Datetime("ns", "UTC"))).select(
-        list(RELEASE_TIMES_SCHEMA)
+    return (
+        frame.group_by("service", "version")
+        .agg(pl.col("released_at").min())
+        .sort("service", "version")
+        .select(list(RELEASE_TIMES_SCHEMA))
     )
 
 

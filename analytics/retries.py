@@ -24,7 +24,6 @@ import polars as pl
 
 from analytics._common import Windows, empty, normalize
 from analytics.conventions import IS_WORKFLOW, MAYBE_WORKFLOW, WORKFLOW_NAME, Conventions
-from analytics.trace_spans import fetch_trace_spans
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -33,7 +32,6 @@ __all__ = [
     "RETRY_HOPS_SCHEMA",
     "WORKFLOWS_SCHEMA",
     "WORKFLOW_SPANS_SCHEMA",
-    "fetch_workflow_spans",
     "fetch_workflows",
     "retry_metrics",
     "workflow_spans",
@@ -112,19 +110,6 @@ def workflow_spans(
         .join(workflows, on="trace_key", how="inner")
         .select(list(WORKFLOW_SPANS_SCHEMA))
     )
-
-
-def fetch_workflow_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """Every span (deduplicated) of each trace whose workflow span started in the window."""
-    workflows = fetch_workflows(store, windows, conventions)
-    spans = fetch_trace_spans(
-        store,
-        workflows["trace_key"].to_list(),
-        windows.start,
-        windows.end + conventions.trace_margin,
-        conventions,
-    )
-    return workflow_spans(spans, workflows, windows, conventions)
 
 
 def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:

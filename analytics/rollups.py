@@ -1,7 +1,8 @@
 """Per-minute HdrHistogram rollups of hot-path latency, for windows too long to rescan.
 
 ``build_rollups`` is a job (not on the ingest path): it reads the hot-path roots of the minutes
-since the last build from raw spans, deduplicated in SQL, and writes one row per (minute, service,
+since the last build from raw spans (and records the first-seen time of each release in them, see
+:mod:`analytics.releases`), deduplicated in SQL, and writes one row per (minute, service,
 operation, version) to ``tailwatch_rollups``: request and abandonment counts and an HdrHistogram
 (V2 compressed, base64; microseconds, 3 significant digits → ≤ 0.1% value error) of the latencies.
 SQL pre-aggregates the values to 4 significant digits with counts, so the Python side records a
@@ -31,6 +32,7 @@ from hdrh.histogram import HdrHistogram
 from analytics._common import Windows, empty, normalize, utc
 from analytics.conventions import ABANDONED, IS_HOT_ROOT, Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA
+from analytics.releases import record_release_times
 from analytics.schema import MIGRATIONS, ROLLUP_RUNS_TABLE, ROLLUPS_TABLE
 from collectors.schema import TRACES_TABLE, apply_schema
 from collectors.store import Store
@@ -152,6 +154,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
                 }
             ),
         )
+    record_release_times(store, lo, limit, writer, built_at, conv)
     # The watermark is written after the rows: a crash in between rebuilds those minutes' rows again
     # only if the run row is missing, and then readers never saw them as covered.
     store.insert_arrow(

@@ -1,5 +1,5 @@
-"""The analytics stage's tables: persisted analysis runs (with typed history per metric) and the
-per-minute HdrHistogram rollups of hot-path latency."""
+"""The analytics stage's tables: persisted analysis runs (with typed history per metric), the
+per-minute HdrHistogram rollups of hot-path latency and the first-seen times of releases."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ __all__ = [
     "FRAMES_TABLE",
     "HISTORY_FRAMES",
     "MIGRATIONS",
+    "RELEASE_TIMES_TABLE",
     "ROLLUPS_TABLE",
     "ROLLUP_RUNS_TABLE",
     "RUNS_TABLE",
@@ -25,6 +26,7 @@ RUNS_TABLE = "tailwatch_analysis_runs"
 FRAMES_TABLE = "tailwatch_analysis_frames"
 ROLLUPS_TABLE = "tailwatch_rollups"
 ROLLUP_RUNS_TABLE = "tailwatch_rollup_runs"
+RELEASE_TIMES_TABLE = "tailwatch_release_times"
 
 # Frames kept as typed tables too, so rules and dashboards can query history in SQL
 # (e.g. p99 of an operation across the last 50 runs).
@@ -121,6 +123,17 @@ def _rollup_runs(ctx: DDLContext) -> list[str]:
     return ctx.create_table(ROLLUP_RUNS_TABLE, body, tail="ORDER BY (built_until, writer)")
 
 
+def _release_times(ctx: DDLContext) -> list[str]:
+    # One row per (service, version) and build; readers take min(first_seen), so rows of several
+    # builds or writers, or a build repeated after a crash, change nothing.
+    body = """    service LowCardinality(String),
+    version String,
+    first_seen DateTime64(9, 'UTC'),
+    writer LowCardinality(String),
+    built_at DateTime64(3, 'UTC')"""
+    return ctx.create_table(RELEASE_TIMES_TABLE, body, tail="ORDER BY (service, version)")
+
+
 def _m(version: int, name: str, render: Callable[[DDLContext], list[str]]) -> Migration:
     return Migration("analytics", version, name, render)
 
@@ -131,4 +144,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     _m(3, "tailwatch_analysis_<frame> history", _history),
     _m(4, ROLLUPS_TABLE, _rollups),
     _m(5, ROLLUP_RUNS_TABLE, _rollup_runs),
+    _m(6, RELEASE_TIMES_TABLE, _release_times),
 )

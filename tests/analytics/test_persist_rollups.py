@@ -15,6 +15,9 @@ from analytics import (
     persist_analysis,
     runs,
 )
+from analytics._common import Windows
+from analytics.conventions import Conventions
+from analytics.releases import fetch_release_times
 from analytics.rollups import coverage, rollup_percentiles
 from collectors.spans import SpanRow, insert_spans
 from collectors.store import Store
@@ -80,6 +83,47 @@ def test_rollups_30_day_p99_within_1_percent_and_uncovered_parts_from_raw(store:
     assert full["requests"] == n and full["p99_ms"] == pytest.approx(exact["p99_ms"], rel=0.01)
     short = analyze(store, dt(at(0)), dt(at(86400))).hot_path.row(0, named=True)
     assert short["p99_ms"] == pytest.approx(float(np.quantile(durations[:288], 0.99)))
+
+
+def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Store) -> None:
+    day = 86400.0
+    spans: list[SpanRow] = []
+    # v1 first seen at day 0 + 60 s, v2 at day 30 + 120 s; the analysed day is day 31.
+    for i in range(10):
+        spans += hot_request("api", "GET /r", at(60 + i * day * 3), 100.0, version="1.0.0")
+    spans += hot_request("api", "GET /r", at(30 * day + 120), 120.0, version="2.0.0")
+    for i in range(50):
+        spans += hot_request("api", "GET /r", at(31 * day + 600 + i), 130.0, version="2.0.0")
+    insert_spans(store, spans)
+    windows = Windows.of(dt(at(31 * day)), dt(at(32 * day)))
+    conv = Conventions()
+    expected = {("api", "1.0.0"): dt(at(60)), ("api", "2.0.0"): dt(at(30 * day + 120))}
+
+    def release_times() -> dict[tuple[str, str], object]:
+        frame = fetch_release_times(store, ["api"], windows, conv, coverage(store))
+        return {(r["service"], r["version"]): r["released_at"] for r in frame.iter_rows(named=True)}
+
+    raw_only = release_times()  # before any rollup: everything from raw spans
+    assert raw_only == expected
+    build_rollups(store, until=dt(at(30 * day + 60)))  # covers day 0 .. day 30 + 1 min
+    recorded = store.query_rows(
+        "SELECT service, version, min(first_seen) FROM tailwatch_release_times GROUP BY service, version"
+    )
+    assert [(s, v) for s, v, _ in recorded] == [("api", "1.0.0")]
+    assert release_times() == expected  # recorded part + raw part agree with raw alone
+
+    # The raw spans of the first 25 days expire (a TTL, here a delete): the recorded time remains,
+    # where a raw scan alone would now see v1 first on day 27.
+    store.command(
+        "ALTER TABLE otel_traces DELETE WHERE Timestamp < {t:DateTime64(9)}",
+        {"t": dt(at(25 * day))},
+        settings={"mutations_sync": 2},
+    )
+    assert release_times() == expected
+    assert fetch_release_times(store, ["api"], windows, conv)["released_at"].to_list() == [
+        dt(at(27 * day + 60)),
+        dt(at(30 * day + 120)),
+    ]
 
 
 def test_rollup_histograms_merge_exactly() -> None:
