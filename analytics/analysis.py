@@ -320,8 +320,10 @@ def analyze(
     tails = tail_traces(requests, conv)
 
     # The store answers one query at a time: one thread runs the remaining reductions in order
-    # while this one does the Polars work on what has arrived, so the two overlap.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql") as sql:
+    # while this one does the Polars work on what has arrived, so the two overlap. On an error the
+    # queries not yet started are cancelled.
+    sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql")
+    try:
         workflows_f = sql.submit(fetch_workflows, store, windows, conv)
 
         def read_trace_spans() -> pl.DataFrame:
@@ -354,6 +356,8 @@ def analyze(
         release_rows = releases(requests, release_times_f.result(), conv)
         jobs = jobs_f.result()
         signals = llm_signals(causes, signals_f.result())
+    finally:
+        sql.shutdown(wait=True, cancel_futures=True)
 
     return Analysis(
         start=windows.start,
