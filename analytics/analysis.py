@@ -312,9 +312,6 @@ def analyze(
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     every = series_every(windows.start, windows.end, conv.series_buckets)
-    lo = min(windows.start, windows.baseline_start)
-    hi = max(windows.end, windows.baseline_end) + conv.trace_margin
-
     requests = fetch_requests(store, windows, conv)
     services = sorted(requests.filter(pl.col("window") == "current")["service"].unique().to_list())
     tails = tail_traces(requests, conv)
@@ -325,13 +322,10 @@ def analyze(
     sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql")
     try:
         workflows_f = sql.submit(fetch_workflows, store, windows, conv)
-
-        def read_trace_spans() -> pl.DataFrame:
-            # Tail traces and workflow traces in one pass (see analytics.trace_spans).
-            keys = tails["trace_key"].unique().to_list() + workflows_f.result()["trace_key"].to_list()
-            return fetch_trace_spans(store, keys, lo, hi, conv)
-
-        trace_spans_f = sql.submit(read_trace_spans)
+        # Tail traces and workflow traces in one pass (see analytics.trace_spans).
+        trace_spans_f = sql.submit(
+            lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
+        )
         release_times_f = sql.submit(
             lambda: fetch_release_times(store, services, windows, conv, coverage(store))
         )
@@ -346,9 +340,12 @@ def analyze(
         trace_spans = trace_spans_f.result()
         tail_spans_ = tail_spans(trace_spans)
         # The tail traces get their ids back from their spans.
-        tails = tails.join(tail_spans_.select("trace_key", "trace_id").unique(), on="trace_key", how="inner")
-        path = critical_path(tail_spans_.join(tails.select("trace_key").unique(), on="trace_key", how="semi"))
-        attribution, attribution_spans = attribute(requests, tails, path, conv)
+        ids = tail_spans_.select("trace_key", "trace_id").unique()
+        tails_with_ids = tails.join(ids, on="trace_key", how="inner")
+        path = critical_path(
+            tail_spans_.join(tails_with_ids.select("trace_key").unique(), on="trace_key", how="semi")
+        )
+        attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
         causes = llm_causes(attribution, attribution_spans)
         signals_f = sql.submit(fetch_llm_signals, store, causes, windows, conv)
 

@@ -11,13 +11,25 @@ Duplicates of a span (same TraceId, SpanId) collapse in the ``GROUP BY``.
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
 from typing import Any
 
 import polars as pl
 
-from analytics._common import empty, normalize
-from analytics.conventions import IS_LLM, IS_STRUCTURE, KIND, MODEL, PROVIDER, RESEND, TOKENS, Conventions
+from analytics._common import Windows, empty, normalize
+from analytics.conventions import (
+    IS_HOT_ROOT,
+    IS_LLM,
+    IS_STRUCTURE,
+    IS_WORKFLOW,
+    KIND,
+    MAYBE_WORKFLOW,
+    MODEL,
+    PROVIDER,
+    RESEND,
+    TOKENS,
+    Conventions,
+)
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -41,7 +53,43 @@ TRACE_SPANS_SCHEMA: dict[str, Any] = {
 }
 
 
-def trace_spans_sql(table: str) -> str:
+_BY_KEYS = "SELECT arrayJoin({keys:Array(UInt64)})"
+
+
+def _by_floors(table: str) -> str:
+    return f"""
+    SELECT key FROM (
+        SELECT cityHash64(TraceId) AS key, Timestamp AS ts, Duration AS ns,
+               indexOf(arrayZip({{cur_services:Array(String)}}, {{cur_ops:Array(String)}}),
+                       (toString(ServiceName), toString(SpanName))) AS cur_i,
+               indexOf(arrayZip({{base_services:Array(String)}}, {{base_ops:Array(String)}}),
+                       (toString(ServiceName), toString(SpanName))) AS base_i
+        FROM {table}
+        PREWHERE ParentSpanId = ''
+        WHERE {IS_HOT_ROOT}
+          AND ((Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}})
+            OR (Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be:DateTime64(9)}}))
+    )
+    WHERE (cur_i > 0 AND ts >= {{s:DateTime64(9)}} AND ts < {{e:DateTime64(9)}}
+           AND ns >= {{cur_floor:Array(UInt64)}}[cur_i])
+       OR (base_i > 0 AND ts >= {{bs:DateTime64(9)}} AND ts < {{be:DateTime64(9)}}
+           AND ns >= {{base_floor:Array(UInt64)}}[base_i])
+    UNION ALL
+    SELECT cityHash64(TraceId) FROM {table}
+    PREWHERE {{workflows:Bool}} AND {MAYBE_WORKFLOW}
+    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
+"""
+
+
+def trace_spans_sql(table: str, by_keys: bool) -> str:
+    """Spans of the chosen traces. ``by_keys``: the traces whose ``cityHash64(TraceId)`` is in
+    ``{keys}``. Otherwise the query chooses them itself: the hot-path requests at or above their
+    (service, operation, window)'s duration floor and, with ``{workflows}``, the traces with a
+    workflow span in the current window — a list of every workflow trace of a day would exceed what
+    a ClickHouse server accepts as a query parameter, and re-reading the roots costs more than
+    passing the list to the embedded engine.
+    """
+    selection = _BY_KEYS if by_keys else _by_floors(table)
     return f"""
 SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
        any(ParentSpanId) AS parent_id, any(SpanName) AS name,
@@ -51,22 +99,69 @@ SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(Span
        any({PROVIDER}) AS provider, any({MODEL}) AS model,
        toInt64(any({TOKENS})) AS tokens, toInt64(any({RESEND})) AS resend
 FROM {table}
--- A subquery builds a hash set; an array literal on the right of IN would be scanned per row. As
--- PREWHERE, only the id column is read for spans of other traces.
-PREWHERE cityHash64(TraceId) IN (SELECT arrayJoin({{keys:Array(UInt64)}}))
+-- The IN subquery builds a hash set once; as PREWHERE, only the id column is read for spans of
+-- other traces.
+PREWHERE cityHash64(TraceId) IN ({selection})
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
 GROUP BY cityHash64(TraceId, SpanId)
 """
 
 
+def _floors(tails: pl.DataFrame, window: str) -> tuple[list[str], list[str], list[int]]:
+    # The shortest chosen request per (service, operation) in ns, a nanosecond low so that float
+    # rounding of duration_ms never drops one; ties at the floor only add traces the caller ignores.
+    part = (
+        tails.filter(pl.col("window") == window)
+        .group_by("service", "operation")
+        .agg(pl.col("duration_ms").min())
+        .sort("service", "operation")
+    )
+    floors = [max(0, math.floor(ms * 1e6) - 1) for ms in part["duration_ms"].to_list()]
+    return part["service"].to_list(), part["operation"].to_list(), floors
+
+
 def fetch_trace_spans(
-    store: Store, trace_keys: list[int], lo: datetime, hi: datetime, conventions: Conventions
+    store: Store,
+    tails: pl.DataFrame,
+    workflows: pl.DataFrame | None,
+    windows: Windows,
+    conventions: Conventions,
+    *,
+    by_keys: bool | None = None,
 ) -> pl.DataFrame:
-    """Spans starting in [lo, hi) of the traces whose ``cityHash64(TraceId)`` is in ``trace_keys``."""
-    if not trace_keys:
+    """Spans of the tail traces (``tails``, see :func:`analytics.attribution.tail_traces`) and of the
+    workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`).
+
+    The embedded engine gets the trace keys as a parameter; a server store (``by_keys`` False) has
+    the query choose them again from the tails' duration floors, where ties at a floor may add
+    traces — callers keep theirs by ``trace_key``.
+    """
+    by_keys = store.embedded if by_keys is None else by_keys
+    cur_services, cur_ops, cur_floor = _floors(tails, "current")
+    base_services, base_ops, base_floor = _floors(tails, "baseline")
+    keys = tails["trace_key"].unique().to_list()
+    keys += workflows["trace_key"].to_list() if workflows is not None else []
+    if not keys:
         return empty(TRACE_SPANS_SCHEMA)
-    params = {**conventions.sql_parameters(), "lo": lo, "hi": hi, "keys": trace_keys}
-    frame = normalize(store.query_polars(trace_spans_sql(store.table(TRACES_TABLE)), params))
+    params: dict[str, Any] = {
+        **conventions.sql_parameters(),
+        "lo": min(windows.start, windows.baseline_start),
+        "hi": max(windows.end, windows.baseline_end) + conventions.trace_margin,
+    }
+    if by_keys:
+        params["keys"] = keys
+    else:
+        params |= {
+            **windows.params(conventions),
+            "cur_services": cur_services,
+            "cur_ops": cur_ops,
+            "cur_floor": cur_floor,
+            "base_services": base_services,
+            "base_ops": base_ops,
+            "base_floor": base_floor,
+            "workflows": workflows is not None and workflows.height > 0,
+        }
+    frame = normalize(store.query_polars(trace_spans_sql(store.table(TRACES_TABLE), by_keys), params))
     if frame.is_empty():
         return empty(TRACE_SPANS_SCHEMA)
     return frame.cast(pl.Schema(TRACE_SPANS_SCHEMA)).select(list(TRACE_SPANS_SCHEMA))

@@ -12,8 +12,14 @@ import numpy as np
 import polars as pl
 import pytest
 from click.testing import CliRunner
+from polars.testing import assert_frame_equal
 
 from analytics import Analysis, AnalysisError, Conventions, analyze, latency_good_total
+from analytics._common import Windows
+from analytics.attribution import tail_traces
+from analytics.hot_path import fetch_requests
+from analytics.retries import fetch_workflows
+from analytics.trace_spans import fetch_trace_spans
 from collectors.spans import SpanRow, insert_spans
 from collectors.store import Store, open_store
 from tailwatch.cli import main
@@ -206,6 +212,27 @@ def test_attribution_llm_regression(store: Store) -> None:
     )
     signals = _row(analysis.llm_signals, service="chat-api", model="gpt-4o")
     assert signals["error_rate_current"] == 0.0 and signals["cold_share_current"] == 0.0
+
+
+def test_trace_spans_chosen_in_sql_match_the_key_list(store: Store) -> None:
+    # Server stores have the query choose the tail and workflow traces itself (no id list as a
+    # parameter); on the same data that must read the same spans for the traces the analysis keeps.
+    scenario = scenario_llm_regression()
+    runs = [workflow_run("triage", at(3600 + i * 10.0), ("classify", "decide"), {}) for i in range(50)]
+    insert_spans(store, scenario.spans + [span for run in runs for span in run])
+    conv = Conventions()
+    windows = Windows.of(scenario.start, scenario.end)
+    tails = tail_traces(fetch_requests(store, windows, conv), conv)
+    workflows = fetch_workflows(store, windows, conv)
+    assert tails.height > 0 and workflows.height == 50
+    by_keys = fetch_trace_spans(store, tails, workflows, windows, conv, by_keys=True)
+    in_sql = fetch_trace_spans(store, tails, workflows, windows, conv, by_keys=False)
+    wanted = pl.concat([tails.select("trace_key"), workflows.select("trace_key")]).unique()
+    assert by_keys["trace_key"].n_unique() == wanted.height
+    chosen = in_sql.join(wanted, on="trace_key", how="semi")
+    assert_frame_equal(chosen.sort("trace_key", "span_id"), by_keys.sort("trace_key", "span_id"))
+    # Ties at a duration floor may add a few traces, never drop one.
+    assert in_sql["trace_key"].n_unique() >= wanted.height
 
 
 def test_attribution_internal_regression(store: Store) -> None:
