@@ -32,6 +32,9 @@ def span_keys(table: pa.Table) -> pa.Array:
     return pc.binary_join_element_wise(table.column("TraceId"), table.column("SpanId"), "")
 
 
+_IDS_PER_QUERY = 2_000  # 32-character ids: about 70 KB of parameter per query
+
+
 class StoreSpanWriter:
     """Inserts Arrow batches into the store's ``otel_traces``."""
 
@@ -50,12 +53,17 @@ class StoreSpanWriter:
         ts = table.column("Timestamp").cast(pa.int64())
         lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
         trace_ids = pc.unique(table.column("TraceId")).to_pylist()
-        found = self.store.query_arrow(
-            f"SELECT TraceId, SpanId FROM {self.store.table(self.table)} "
-            "WHERE Timestamp >= fromUnixTimestamp64Nano({lo:Int64}) "
-            "AND Timestamp <= fromUnixTimestamp64Nano({hi:Int64}) AND TraceId IN {ids:Array(String)}",
-            {"lo": lo, "hi": hi, "ids": trace_ids},
-        )
+        # In slices: a ClickHouse server refuses a query parameter over 128 KiB by default.
+        parts = [
+            self.store.query_arrow(
+                f"SELECT TraceId, SpanId FROM {self.store.table(self.table)} "
+                "WHERE Timestamp >= fromUnixTimestamp64Nano({lo:Int64}) "
+                "AND Timestamp <= fromUnixTimestamp64Nano({hi:Int64}) AND TraceId IN {ids:Array(String)}",
+                {"lo": lo, "hi": hi, "ids": trace_ids[i : i + _IDS_PER_QUERY]},
+            )
+            for i in range(0, len(trace_ids), _IDS_PER_QUERY)
+        ]
+        found = pa.concat_tables(parts)
         if found.num_rows == 0:
             return np.zeros(table.num_rows, dtype=bool)
         mask = pc.is_in(span_keys(table), value_set=span_keys(found))

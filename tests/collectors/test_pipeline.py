@@ -233,3 +233,13 @@ def test_replay_inserts_spooled_spans_once(store: Store, tmp_path: Path) -> None
     assert p.replayed == 37
     assert _count(store) == (57, 57)
     assert list(spool_dir.glob("seg-*")) == []
+
+
+def test_present_finds_stored_spans_across_many_traces(store: Store) -> None:
+    # More trace ids than one query parameter takes on a server: the lookup runs in slices.
+    stored, fresh = _table(5_000, 11), _table(300, 12)
+    writer = StoreSpanWriter(store)
+    writer.write(stored)
+    both = pa.concat_tables([stored, fresh])
+    mask = writer.present(both)
+    assert mask.sum() == 5_000 and mask[:5_000].all() and not mask[5_000:].any()
