@@ -258,18 +258,8 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
     if spans.is_empty():
         return empty(CRITICAL_PATH_SCHEMA)
     rows: list[tuple[Any, ...]] = []
-    cols = [
-        "trace_id",
-        "span_id",
-        "parent_id",
-        "name",
-        "kind",
-        "start_ns",
-        "end_ns",
-        "is_llm",
-        "provider",
-        "model",
-    ]
+    # The order _trace_critical_path reads: the tail-span columns but the key and structure flag.
+    cols = [c for c in TAIL_SPANS_SCHEMA if c not in ("trace_key", "is_structure")]
     # One sorted pass instead of a frame per trace: per-group frames cost more than the walk itself.
     current: str | None = None
     group: list[tuple[Any, ...]] = []
