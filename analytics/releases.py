@@ -148,19 +148,13 @@ def fetch_release_times(
     if covered is not None and covered[0] < end and covered[1] > lookback:
         lo1, hi1 = lookback, max(lookback, covered[0])
         lo2, hi2 = min(end, covered[1]), end
-        recorded = store.query_polars(
-            release_times_sql(store.table(RELEASE_TIMES_TABLE)), {"services": services}
+        frames.append(
+            store.query_polars(release_times_sql(store.table(RELEASE_TIMES_TABLE)), {"services": services})
         )
-        frames.append(normalize(recorded).select("service", "version", "released_at"))
     params = {**conventions.sql_parameters(), "lo1": lo1, "hi1": hi1, "lo2": lo2, "hi2": hi2}
     raw = store.query_polars(first_seen_sql(store.table(TRACES_TABLE)), {**params, "services": services})
-    frames.append(normalize(raw).select("service", "version", pl.col("first_seen").alias("released_at")))
-    frame = pl.concat(
-        [f.with_columns(pl.col("released_at").cast(pl.Datetime("ns", "UTC"))) for f in frames if f.height]
-        or [empty(RELEASE_TIMES_SCHEMA)]
-    )
-    if frame.is_empty():
-        return empty(RELEASE_TIMES_SCHEMA)
+    frames.append(raw.rename({"first_seen": "released_at"}))
+    frame = pl.concat([normalize(f).cast(pl.Schema(RELEASE_TIMES_SCHEMA)) for f in frames])
     return (
         frame.group_by("service", "version")
         .agg(pl.col("released_at").min())

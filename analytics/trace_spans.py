@@ -137,8 +137,6 @@ def fetch_trace_spans(
     traces — callers keep theirs by ``trace_key``.
     """
     by_keys = store.embedded if by_keys is None else by_keys
-    cur_services, cur_ops, cur_floor = _floors(tails, "current")
-    base_services, base_ops, base_floor = _floors(tails, "baseline")
     keys = tails["trace_key"].unique().to_list()
     keys += workflows["trace_key"].to_list() if workflows is not None else []
     if not keys:
@@ -151,6 +149,8 @@ def fetch_trace_spans(
     if by_keys:
         params["keys"] = keys
     else:
+        cur_services, cur_ops, cur_floor = _floors(tails, "current")
+        base_services, base_ops, base_floor = _floors(tails, "baseline")
         params |= {
             **windows.params(conventions),
             "cur_services": cur_services,

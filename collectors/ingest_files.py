@@ -32,6 +32,7 @@ from collectors.otlp_decode import (
     validate_request,
 )
 from collectors.schema import ensure_schema
+from collectors.settings import PipelineSettings
 from collectors.store import Store
 from collectors.writer import StoreSpanWriter
 
@@ -189,7 +190,7 @@ def ingest_files(
     store: Store,
     paths: Sequence[Path | str],
     *,
-    batch_rows: int = 50_000,
+    batch_rows: int = PipelineSettings.batch_rows,
     progress: bool = False,
     progress_file: IO[str] | None = None,
     native: bool = True,

@@ -58,6 +58,7 @@ from pydantic import (
 )
 
 from collectors.errors import StoreError, TailwatchError
+from collectors.settings import PipelineSettings
 from collectors.store import STORE_ENV, default_store_dsn, parse_dsn
 
 if TYPE_CHECKING:
@@ -314,9 +315,9 @@ class ReceiverConfig(_Section):
 
 
 class IngestConfig(_Section):
-    batch_rows: int = Field(default=50_000, gt=0)
-    flush_interval: Duration = 1.0
-    max_queue_spans: int = Field(default=200_000, gt=0)
+    batch_rows: int = Field(default=PipelineSettings.batch_rows, gt=0)
+    flush_interval: Duration = PipelineSettings.flush_interval_s
+    max_queue_spans: int = Field(default=PipelineSettings.max_queue_spans, gt=0)
     spool_dir: Path | None = None
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
@@ -880,7 +881,7 @@ otlp_http = "127.0.0.1:4318"   # OTLP/HTTP, also /api/v1, /dashboards, /metrics;
 otlp_grpc = "127.0.0.1:4317"   # OTLP/gRPC; "off" disables
 
 [ingest]
-batch_rows = 50000             # insert when this many spans are queued ...
+batch_rows = {PipelineSettings.batch_rows:<17} # insert when this many spans are queued ...
 flush_interval = "1s"          # ... or after this long
 max_queue_spans = 200000       # bound of the queue; beyond it exporters get 429/503
 max_request_bytes = 67108864   # body limit of one export, also after decompression

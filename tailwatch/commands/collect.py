@@ -62,7 +62,12 @@ def _address(value: str) -> str | None:
     help=f"fsync'd spool of acknowledged spans [env {SPOOL_DIR_ENV}; default: <store path>.spool].",
 )
 @click.option("--no-spool", is_flag=True, help="Acknowledge exports only after the insert (no spool).")
-@click.option("--batch-rows", type=click.IntRange(min=1), default=None, help="Insert every N spans [50000].")
+@click.option(
+    "--batch-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Insert every N spans [{PipelineSettings.batch_rows}].",
+)
 @click.option(
     "--flush-interval",
     type=click.FloatRange(min=0.001),

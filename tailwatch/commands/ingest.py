@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from collectors.settings import PipelineSettings
 from collectors.store import open_store
 from tailwatch.commands._common import store_option
 
@@ -16,7 +17,9 @@ from tailwatch.commands._common import store_option
 @click.argument(
     "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
 )
-@click.option("--batch-rows", type=click.IntRange(min=1), default=50_000, show_default=True)
+@click.option(
+    "--batch-rows", type=click.IntRange(min=1), default=PipelineSettings.batch_rows, show_default=True
+)
 @click.option(
     "--progress/--no-progress", default=None, help="Progress bar [default: when stderr is a terminal]."
 )
@@ -27,7 +30,6 @@ def ingest(store_dsn: str | None, files: tuple[Path, ...], batch_rows: int, prog
     Invalid spans are rejected and counted; an unreadable file is reported and skipped (exit 1).
     """
     from collectors.ingest_files import ingest_files
-    from collectors.settings import PipelineSettings
 
     show = sys.stderr.isatty() if progress is None else progress
     native = PipelineSettings.from_env().native_insert  # TAILWATCH_NATIVE_INSERT=false → Arrow path
