@@ -18,7 +18,7 @@ from collectors.spans import SpanRow
 from collectors.store import open_store
 from tailwatch.remote import SERVICE_FILE
 from tests.tailwatch.otlp_send import export_rows, webhook_sink
-from tests.tailwatch.test_service import S, _serve, _simple_spans, _wait
+from tests.tailwatch.test_service import S, _serving, _simple_spans, _stop, _wait
 
 RULES = """\
 rules:
@@ -78,8 +78,7 @@ def test_serve_end_to_end_llm_regression_alert(tmp_path: Path) -> None:
             '[rules]\nfiles = ["rules.yaml"]\n'
             f'[[notify.webhook]]\nurl = "{sink.url}"\n'
         )
-        proc = _serve(tmp_path, config, "--log-format", "json")
-        try:
+        with _serving(tmp_path, config, "--log-format", "json") as proc:
             api = str(_service_file(store_dir, proc)["api_url"])
             rows = _regression_now()
             acknowledged = export_rows(api, rows)
@@ -171,12 +170,7 @@ def test_serve_end_to_end_llm_regression_alert(tmp_path: Path) -> None:
             # Spans acknowledged right before SIGTERM are stored too.
             late = _simple_spans(700, service="late")
             assert export_rows(api, late) == 700
-            proc.send_signal(signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            err = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 0, err
     logs = [json.loads(line) for line in err.splitlines() if line.strip()]
     assert any(rec["message"].startswith("SIGTERM received") for rec in logs)

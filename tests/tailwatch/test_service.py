@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -147,6 +148,24 @@ def _serve(tmp_path: Path, config: Path, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+@contextmanager
+def _serving(tmp_path: Path, config: Path, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """``tailwatch serve`` for the body of a ``with``; killed if the body leaves it running."""
+    proc = _serve(tmp_path, config, *extra)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _stop(proc: subprocess.Popen[str], sig: signal.Signals) -> str:
+    """Send ``sig`` and wait for the exit; the process's stderr."""
+    proc.send_signal(sig)
+    return proc.communicate(timeout=60)[1]
+
+
 def test_invalid_configuration_fails_at_start_naming_the_key(tmp_path: Path) -> None:
     path = tmp_path / "tw.toml"
     path.write_text('[schedule]\nevaluate = "every minute"\n')
@@ -205,20 +224,14 @@ def test_sigint_stops_cleanly_with_plain_logs(tmp_path: Path) -> None:
         '[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "127.0.0.1:0"\n'
         '[schedule]\nrollup = "off"\nanalyze = "off"\nevaluate = "off"\ndashboards = "off"\n'
     )
-    proc = _serve(tmp_path, path)
-    try:
+    with _serving(tmp_path, path) as proc:
         _wait(
             lambda: (tmp_path / "store" / SERVICE_FILE).exists() or proc.poll() is not None, what="listening"
         )
         api = json.loads((tmp_path / "store" / SERVICE_FILE).read_text())["api_url"]
         assert httpx.get(f"{api}/healthz").status_code == 200
         assert export_rows(api, _simple_spans(50)) == 50
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        err = _stop(proc, signal.SIGINT)
     assert proc.returncode == 0, err
     assert "INFO    tailwatch.serve: SIGINT received: stopping" in err
     with open_store("chdb://" + str(tmp_path / "store")) as store:
