@@ -125,11 +125,8 @@ class IngestPipeline:
                 raise RuntimeError(f"pipeline already {self._state}")
         if self.store is not None:
             ensure_schema(self.store)
-            if (
-                self.settings.native_insert
-                and not self._custom_writer
-                and NativeInserter.supported(self.store)
-            ):
+            if self.settings.native_insert and not self._custom_writer:
+                # None on a server store, or when this engine does not map OTLP exactly.
                 work_dir = self.settings.spool_dir / "tmp" if self.settings.spool_dir is not None else None
                 self._native = checked_inserter(self.store, work_dir)
         if self._spool is not None:
