@@ -103,7 +103,13 @@ def abandonment_summary(
         for (s, o), group in buckets.group_by("service", "operation", maintain_order=True)
     ]
     cliff_frame = pl.DataFrame(
-        cliffs, schema={"service": pl.String, "operation": pl.String, "cliff_ms": pl.Int64}
+        cliffs,
+        # The keys in the requests' own type (categorical from analyze(), strings from callers).
+        schema={
+            "service": totals.schema["service"],
+            "operation": totals.schema["operation"],
+            "cliff_ms": pl.Int64,
+        },
     )
     return (
         totals.join(cliff_frame, on=["service", "operation"], how="left")

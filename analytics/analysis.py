@@ -13,7 +13,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -356,11 +356,7 @@ def analyze(
     finally:
         sql.shutdown(wait=True, cancel_futures=True)
 
-    return Analysis(
-        start=windows.start,
-        end=windows.end,
-        baseline_start=windows.baseline_start,
-        baseline_end=windows.baseline_end,
+    frames: dict[str, pl.DataFrame] = dict(
         hot_path=hot,
         releases=release_rows,
         release_coupling=release_coupling(release_rows, conv),
@@ -375,5 +371,16 @@ def analyze(
         attribution=attribution,
         attribution_spans=attribution_spans,
         llm_signals=signals,
+    )
+    return Analysis(
+        start=windows.start,
+        end=windows.end,
+        baseline_start=windows.baseline_start,
+        baseline_end=windows.baseline_end,
         bucket_ms=conv.bucket_ms,
+        # Each frame in its declared schema: the requests' categorical keys become plain strings.
+        **cast(
+            dict[str, Any],
+            {name: frame.cast(pl.Schema(FRAME_SCHEMAS[name])) for name, frame in frames.items()},
+        ),
     )

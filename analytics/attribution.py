@@ -398,12 +398,13 @@ def attribute(
 
 
 def llm_signals_sql(table: str) -> str:
-    """Per (window, provider, model): calls, errors, 429s, retries and calls from cold-path work.
+    """Per (window, provider, model): LLM spans, errors, 429s, retries and spans from cold-path work.
 
-    Calls are grouped by logical call (trace, parent, name; 64-bit hash keys): duplicates collapse
-    in ``uniqExact`` of the span id, a group of n attempts holds n − 1 retries (or as many spans
-    carrying a resend count, if more). A call is cold-path work when it is marked cold or its trace
-    has no hot-path root.
+    One flat GROUP BY over a handful of groups: every count is a distinct count of 64-bit span keys
+    (duplicates of a span collapse), which costs far less than a group per logical call. Retries
+    are the attempts beyond the first of each logical call (spans − distinct (trace, parent, name)
+    calls) or the spans carrying a resend count, whichever is larger. A span belongs to the window it
+    starts in; it is cold-path work when it is marked cold or its trace has no hot-path root.
     """
     windows = (
         "((Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be_m:DateTime64(9)}) "
@@ -413,28 +414,22 @@ def llm_signals_sql(table: str) -> str:
 WITH hot AS (
     SELECT cityHash64(TraceId) FROM {table} PREWHERE ParentSpanId = '' WHERE {windows} AND {IS_HOT_ROOT}
 )
-SELECT window, provider, model, toInt64(sum(n)) AS calls, toInt64(sum(errors)) AS errors,
-       toInt64(sum(throttled)) AS throttled, toInt64(sum(greatest(n - 1, resent))) AS retries,
-       toInt64(sum(if(cold_marked OR trace_key NOT IN hot, n, 0))) AS cold
+SELECT window, provider, model, toInt64(uniqExact(span_key)) AS calls,
+       toInt64(uniqExactIf(span_key, err)) AS errors, toInt64(uniqExactIf(span_key, thr)) AS throttled,
+       toInt64(greatest(calls - uniqExact(call_key), uniqExactIf(span_key, resend > 0))) AS retries,
+       toInt64(uniqExactIf(span_key, cold_marked OR trace_key NOT IN hot)) AS cold
 FROM (
-    SELECT trace_key, any(provider) AS provider, any(model) AS model,
-           multiIf(min(ts) >= {{s:DateTime64(9)}} AND min(ts) < {{e:DateTime64(9)}}, 'current',
-                   min(ts) >= {{bs:DateTime64(9)}} AND min(ts) < {{be:DateTime64(9)}}, 'baseline',
+    SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
+           cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
+           multiIf(Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}, 'current',
+                   Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be:DateTime64(9)}}, 'baseline',
                    '') AS window,
-           uniqExact(span_key) AS n, uniqExactIf(span_key, err) AS errors,
-           uniqExactIf(span_key, thr) AS throttled,
-           uniqExactIf(span_key, resend > 0) AS resent, max(cold_marked) AS cold_marked
-    FROM (
-        SELECT cityHash64(TraceId) AS trace_key, cityHash64(ParentSpanId, SpanName) AS call_key,
-               cityHash64(SpanId) AS span_key, Timestamp AS ts,
-               {PROVIDER} AS provider, {MODEL} AS model, {ERRORED} AS err, {THROTTLED} AS thr,
-               {RESEND} AS resend, {IS_COLD_MARKED} AS cold_marked
-        FROM {table}
-        PREWHERE {MAYBE_LLM}
-            AND (has(SpanAttributes.keys, {{cv_model_attr:String}}) OR has({{models:Array(String)}}, ''))
-        WHERE {windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
-    )
-    GROUP BY trace_key, call_key
+           {PROVIDER} AS provider, {MODEL} AS model, {ERRORED} AS err, {THROTTLED} AS thr,
+           {RESEND} AS resend, {IS_COLD_MARKED} AS cold_marked
+    FROM {table}
+    PREWHERE {MAYBE_LLM}
+        AND (has(SpanAttributes.keys, {{cv_model_attr:String}}) OR has({{models:Array(String)}}, ''))
+    WHERE {windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
 )
 WHERE window != ''
 GROUP BY window, provider, model

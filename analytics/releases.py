@@ -181,90 +181,125 @@ def _significant(
     return (practical and statistical, low, high)
 
 
-def _has_duplicates(frame: pl.DataFrame, key: str) -> bool:
-    return frame.height > 0 and frame[key].n_unique() < frame.height
+def _windows_overlap(requests: pl.DataFrame) -> bool:
+    """Whether a request can appear in both windows: only when a baseline request starts at or
+    after the first current one (both rows of a request carry the same start)."""
+    starts = requests.group_by("window").agg(
+        pl.col("start").min().alias("lo"), pl.col("start").max().alias("hi")
+    )
+    bounds = {row["window"]: (row["lo"], row["hi"]) for row in starts.iter_rows(named=True)}
+    if "baseline" not in bounds or "current" not in bounds:
+        return False
+    return bool(bounds["baseline"][1] >= bounds["current"][0])
 
 
 def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     """One row per (service, operation, version) served in the current window. Pure."""
     if requests.is_empty():
         return empty(RELEASES_SCHEMA)
-    # A request seen in both windows (overlapping windows) counts once on the "before" side. Keys
-    # are checked first: with disjoint windows every trace appears once and nothing is deduplicated.
     slim = requests.select(
         "trace_key", "service", "operation", "version", "start", "window", "duration_ms", "sync_llm_calls"
     )
-    if _has_duplicates(slim, "trace_key"):
-        slim = slim.unique(subset=["trace_key", "window"])
+    # A release's "before" side is every request of the previous version, in either window; a
+    # request seen in both (overlapping windows) counts once there. With disjoint windows every
+    # request appears once and nothing needs deduplicating.
+    either = slim.unique(subset=["trace_key"], keep="first") if _windows_overlap(slim) else slim
+    keys = ["service", "operation", "version"]
+    # One aggregation per (service, operation, version): the per-version loop below only touches
+    # these few rows and their duration lists.
+    per_version = (
+        either.group_by(keys)
+        .agg(
+            pl.col("duration_ms").alias("all_ms"),
+            pl.col("sync_llm_calls").mean().alias("all_sync"),
+        )
+        .join(
+            slim.filter(pl.col("window") == "current")
+            .group_by(keys)
+            .agg(
+                pl.col("duration_ms").alias("current_ms"),
+                pl.col("sync_llm_calls").mean().alias("current_sync"),
+            ),
+            on=keys,
+            how="left",
+        )
+    )
     # Release time per (service, version): its first span, else its first request here.
     released_at = (
         slim.group_by("service", "version")
         .agg(pl.col("start").min())
-        .join(release_times, on=["service", "version"], how="left")
+        .join(
+            release_times.cast({"service": slim.schema["service"], "version": slim.schema["version"]}),
+            on=["service", "version"],
+            how="left",
+        )
         .select(
             "service", "version", pl.coalesce(pl.col("released_at"), pl.col("start")).alias("released_at")
         )
     )
+    ordered = per_version.join(released_at, on=["service", "version"], how="left").sort(
+        "service", "operation", "released_at", "version"
+    )
+    # Scalars as Python rows, durations as numpy arrays straight from the list columns.
+    scalars = ordered.drop("all_ms", "current_ms").to_dicts()
+    all_ms, current_ms = ordered["all_ms"], ordered["current_ms"]
     rows: list[dict[str, Any]] = []
-    for (service, operation), group in slim.drop("start").group_by(
-        "service", "operation", maintain_order=True
-    ):
-        versions = (
-            group.select("version")
-            .unique()
-            .join(released_at.filter(pl.col("service") == service), on="version", how="left")
-            .sort("released_at", "version")
+    for i, row in enumerate(scalars):
+        same_operation = i > 0 and (scalars[i - 1]["service"], scalars[i - 1]["operation"]) == (
+            row["service"],
+            row["operation"],
         )
-        order = versions["version"].to_list()
-        released = dict(zip(order, versions["released_at"].to_list(), strict=True))
-        by_version = group.drop("service", "operation").partition_by("version", as_dict=True)
-        current_versions = set(group.filter(pl.col("window") == "current")["version"].unique().to_list())
-        for index, version in enumerate(order):
-            if version not in current_versions:
-                continue
-            after = by_version[(version,)].filter(pl.col("window") == "current")
-            after_ms = after["duration_ms"].to_numpy()
-            if index > 0:
-                prev = by_version[(order[index - 1],)]
-                if _has_duplicates(prev, "trace_key"):
-                    prev = prev.unique(subset=["trace_key"])
-            else:
-                prev = group.clear()
-            before_ms = prev["duration_ms"].to_numpy()
-            p99_after = percentile(after_ms, 0.99)
-            p99_before = percentile(before_ms, 0.99)
-            delta = None if p99_after is None or p99_before is None else p99_after - p99_before
-            significant, low, high = (
-                (False, None, None)
-                if delta is None or p99_before is None
-                else _significant(before_ms, after_ms, conventions, delta, p99_before)
+        if current_ms[i] is None:
+            continue
+        before = all_ms[i - 1].to_numpy() if same_operation else np.empty(0)
+        rows.append(
+            _release_step(
+                row, current_ms[i].to_numpy(), scalars[i - 1] if same_operation else None, before, conventions
             )
-            rows.append(
-                {
-                    "service": str(service),
-                    "operation": str(operation),
-                    "version": version,
-                    "released_at": released[version],
-                    "requests_before": int(before_ms.size),
-                    "requests_after": int(after_ms.size),
-                    "p99_before_ms": p99_before,
-                    "p99_after_ms": p99_after,
-                    "p99_delta_ms": delta,
-                    "significant": significant,
-                    "sync_llm_calls_per_request_before": (
-                        float(prev["sync_llm_calls"].mean()) if prev.height else None  # type: ignore[arg-type]
-                    ),
-                    "sync_llm_calls_per_request_after": float(after["sync_llm_calls"].mean()),  # type: ignore[arg-type]
-                    "p99_delta_ci_low_ms": low,
-                    "p99_delta_ci_high_ms": high,
-                }
-            )
+        )
     if not rows:
         return empty(RELEASES_SCHEMA)
     frame = pl.DataFrame(rows, schema={**RELEASES_SCHEMA, "released_at": pl.Datetime("ns", "UTC")})
     return frame.with_columns(pl.col("released_at").dt.cast_time_unit("us")).sort(
         "service", "operation", "released_at"
     )
+
+
+def _release_step(
+    row: dict[str, Any],
+    after_ms: np.ndarray,
+    previous: dict[str, Any] | None,
+    before_ms: np.ndarray,
+    conventions: Conventions,
+) -> dict[str, Any]:
+    """The step into ``row``'s version (``after_ms``: its current-window durations) from
+    ``previous``, the version released before it (``before_ms``: all its durations)."""
+    after_ms = after_ms.astype(np.float64, copy=False)
+    before_ms = before_ms.astype(np.float64, copy=False)
+    p99_after = percentile(after_ms, 0.99)
+    p99_before = percentile(before_ms, 0.99)
+    delta = None if p99_after is None or p99_before is None else p99_after - p99_before
+    significant, low, high = (
+        (False, None, None)
+        if delta is None or p99_before is None
+        else _significant(before_ms, after_ms, conventions, delta, p99_before)
+    )
+    return {
+        "service": row["service"],
+        "operation": row["operation"],
+        "version": row["version"],
+        "released_at": row["released_at"],
+        "requests_before": int(before_ms.size),
+        "requests_after": int(after_ms.size),
+        "p99_before_ms": p99_before,
+        "p99_after_ms": p99_after,
+        "p99_delta_ms": delta,
+        "significant": significant,
+        "sync_llm_calls_per_request_before": previous["all_sync"] if previous else None,
+        "sync_llm_calls_per_request_after": row["current_sync"],
+        "p99_delta_ci_low_ms": low,
+        "p99_delta_ci_high_ms": high,
+    }
 
 
 def release_coupling(release_rows: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:

@@ -236,6 +236,8 @@ def long_window_hot_path(
         rows.append({"service": key[0], "operation": key[1], **stats})
     if not rows:
         return empty(HOT_PATH_SCHEMA)
-    frame = pl.DataFrame(rows).join(llm, on=["service", "operation"], how="left")
+    frame = pl.DataFrame(rows).join(
+        llm.cast({"service": pl.String, "operation": pl.String}), on=["service", "operation"], how="left"
+    )
     schema = {k: v for k, v in HOT_PATH_SCHEMA.items() if k in frame.columns}
     return frame.cast(pl.Schema(schema)).select(list(HOT_PATH_SCHEMA))

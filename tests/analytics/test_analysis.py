@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -16,7 +17,7 @@ from polars.testing import assert_frame_equal
 
 from analytics import Analysis, AnalysisError, Conventions, analyze, latency_good_total
 from analytics._common import Windows
-from analytics.attribution import tail_traces
+from analytics.attribution import fetch_llm_signals, tail_traces
 from analytics.hot_path import fetch_requests
 from analytics.retries import fetch_workflows
 from analytics.trace_spans import fetch_trace_spans
@@ -280,6 +281,34 @@ def test_llm_signals_show_throttling_retries_and_cold_share(store: Store) -> Non
     assert s["retry_rate_current"] == pytest.approx(20 / 540)
     assert s["error_rate_current"] == pytest.approx(20 / 540)
     assert s["cold_share_baseline"] == 0.0 and s["throttle_rate_baseline"] == 0.0
+
+
+def test_llm_signal_counts_dedupe_spans_and_count_each_retry_once(store: Store) -> None:
+    # A: three attempts of one call (resend counts 1, 2 on the re-sends). B: a single exported
+    # attempt that carries a resend count (its earlier attempt was never exported). C: a cold job.
+    a = hot_request("chat-api", "POST /chat", at(10), 0.0, llm_ms=300.0, llm_retries=2)
+    b = hot_request("chat-api", "POST /chat", at(20), 0.0, llm_ms=300.0)
+    b = [
+        replace(s, attributes={**s.attributes, "http.request.resend_count": "1"})
+        if s.name.startswith("chat ")
+        else s
+        for s in b
+    ]
+    c = cold_job("doc-summaries", at(30), 1.0, 2.0, llm_model="gpt-4o")
+    insert_spans(store, [*a, *b, *c, a[1], b[1]])  # one LLM attempt of A and B's LLM span twice
+    windows = Windows.of(dt(at(0)), dt(at(3600)))
+    pairs = pl.DataFrame({"provider": ["openai"], "model": ["gpt-4o"]})
+    frame = fetch_llm_signals(store, pairs, windows, Conventions())
+    row = _row(frame, window="current", model="gpt-4o")
+    # 3 + 1 + 1 distinct LLM spans; retries: A's two re-sends and B's one; A's two failed attempts
+    # are the errors and 429s; C's call is the cold one.
+    assert {k: row[k] for k in ("calls", "errors", "throttled", "retries", "cold")} == {
+        "calls": 5,
+        "errors": 2,
+        "throttled": 2,
+        "retries": 3,
+        "cold": 1,
+    }
 
 
 def test_latency_good_total(store: Store) -> None:
