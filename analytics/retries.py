@@ -18,6 +18,7 @@ hops' retries do not compound in this workflow; observed near modeled means they
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -69,6 +70,7 @@ RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
 }
 
 _MAX_DEPTH = 64
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 WORKFLOWS_SCHEMA: dict[str, Any] = {
@@ -98,58 +100,73 @@ def fetch_workflows(store: Store, windows: Windows, conventions: Conventions) ->
     return frame.cast(pl.Schema(WORKFLOWS_SCHEMA)).select(list(WORKFLOWS_SCHEMA))
 
 
+def _epoch_ns(value: datetime) -> int:
+    return (value - _EPOCH) // timedelta(microseconds=1) * 1000
+
+
 def workflow_spans(
     trace_spans: pl.DataFrame, workflows: pl.DataFrame, windows: Windows, conventions: Conventions
 ) -> pl.DataFrame:
     """The spans of the workflow traces (from :func:`analytics.trace_spans.fetch_trace_spans`) that
     start in [start, end + trace margin), with their workflow span and name. Pure."""
-    lo, hi = windows.start, windows.end + conventions.trace_margin
-    start = pl.from_epoch("start_ns", time_unit="ns").dt.replace_time_zone("UTC")
+    lo, hi = _epoch_ns(windows.start), _epoch_ns(windows.end + conventions.trace_margin)
     return (
-        trace_spans.filter((start >= lo) & (start < hi))
+        trace_spans.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+        .select("trace_key", *(c for c in WORKFLOW_SPANS_SCHEMA if c in trace_spans.columns))
         .join(workflows, on="trace_key", how="inner")
         .select(list(WORKFLOW_SPANS_SCHEMA))
     )
 
 
 def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
-    """Tokens of each attempt: its own plus its descendants', by walking parents up to the attempt."""
-    keys = attempts.select("trace_id", pl.col("span_id").alias("cur"), pl.lit(True).alias("is_attempt"))
-    parents = spans.select("trace_id", pl.col("span_id").alias("cur"), pl.col("parent_id").alias("up"))
-    pending = spans.filter(pl.col("tokens") > 0).select("trace_id", "tokens", pl.col("span_id").alias("cur"))
+    """Tokens of each attempt: its own plus its descendants', by walking parents up to the attempt.
+    Ids are the 64-bit keys :func:`retry_metrics` gives them."""
+    keys = attempts.select(pl.col("span").alias("cur"), pl.lit(True).alias("is_attempt"))
+    parents = spans.select(pl.col("span").alias("cur"), pl.col("parent").alias("up"))
+    pending = spans.filter(pl.col("tokens") > 0).select("tokens", pl.col("span").alias("cur"))
     owned: list[pl.DataFrame] = []
     for _ in range(_MAX_DEPTH):
         if pending.is_empty():
             break
-        joined = pending.join(keys, on=["trace_id", "cur"], how="left")
-        owned.append(
-            joined.filter(pl.col("is_attempt")).select("trace_id", pl.col("cur").alias("span_id"), "tokens")
-        )
+        joined = pending.join(keys, on="cur", how="left")
+        owned.append(joined.filter(pl.col("is_attempt")).select(pl.col("cur").alias("span"), "tokens"))
         pending = (
             joined.filter(pl.col("is_attempt").is_null())
-            .join(parents, on=["trace_id", "cur"], how="inner")
-            .select("trace_id", "tokens", pl.col("up").alias("cur"))
+            .join(parents, on="cur", how="inner")
+            .select("tokens", pl.col("up").alias("cur"))
         )
     if not owned:
-        return pl.DataFrame(schema={"trace_id": pl.String, "span_id": pl.String, "attempt_tokens": pl.Int64})
+        return pl.DataFrame(schema={"span": pl.UInt64, "attempt_tokens": pl.Int64})
     return (
-        pl.concat(owned)
-        .group_by("trace_id", "span_id")
-        .agg(pl.col("tokens").sum().cast(pl.Int64).alias("attempt_tokens"))
+        pl.concat(owned).group_by("span").agg(pl.col("tokens").sum().cast(pl.Int64).alias("attempt_tokens"))
     )
 
 
 def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(retry_hops, retry_amplification) from the spans of workflow traces. Pure."""
-    attempts = spans.filter(pl.col("parent_id") == pl.col("wf_span"))
+    # Joins and groups on 64-bit keys and categorical names: a fraction of the cost of hashing
+    # strings in every step. A span's key mixes its trace's hash with its own id's.
+    trace = pl.col("trace_id").hash()
+    spans = spans.select(
+        trace.alias("trace"),
+        trace.xor(pl.col("span_id").hash()).alias("span"),
+        trace.xor(pl.col("parent_id").hash()).alias("parent"),
+        (pl.col("parent_id") == pl.col("wf_span")).alias("is_attempt"),
+        pl.col("name").cast(pl.Categorical),
+        pl.col("workflow").cast(pl.Categorical),
+        "start_ns",
+        "tokens",
+        "resend",
+    )
+    attempts = spans.filter(pl.col("is_attempt"))
     if attempts.is_empty():
         return empty(RETRY_HOPS_SCHEMA), empty(RETRY_AMPLIFICATION_SCHEMA)
     attempts = (
-        attempts.join(_attempt_tokens(spans, attempts), on=["trace_id", "span_id"], how="left")
+        attempts.join(_attempt_tokens(spans, attempts), on="span", how="left")
         .with_columns(pl.col("attempt_tokens").fill_null(0))
-        .with_columns((pl.col("start_ns") - pl.col("start_ns").min().over("trace_id")).alias("offset_ns"))
+        .with_columns((pl.col("start_ns") - pl.col("start_ns").min().over("trace")).alias("offset_ns"))
     )
-    calls = attempts.group_by("workflow", "trace_id", pl.col("name").alias("hop")).agg(
+    calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop")).agg(
         pl.max_horizontal(pl.len().cast(pl.Int64), pl.col("resend").max() + 1).alias("attempts"),
         pl.col("attempt_tokens").sum().alias("tokens"),
         # The final attempt is the latest one to start.
@@ -171,6 +188,7 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         )
         .sort("workflow", "hop_index")
     )
+    runs = dict(calls.group_by("workflow").agg(pl.col("trace").n_unique()).iter_rows())
     rows: list[dict[str, Any]] = []
     for (workflow,), group in hops.group_by("workflow", maintain_order=True):
         final_tokens = int(group["final_tokens"].sum())
@@ -179,11 +197,11 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         rows.append(
             {
                 "workflow": str(workflow),
-                "runs": int(calls.filter(pl.col("workflow") == workflow)["trace_id"].n_unique()),
+                "runs": int(runs[workflow]),
                 "attempt_amplification": attempts_total / calls_total,
                 "token_amplification": tokens_total / final_tokens if final_tokens else None,
                 "modeled_amplification": math.prod(1.0 + r for r in group["retry_rate"].to_list()),
             }
         )
     amplification = pl.DataFrame(rows, schema=RETRY_AMPLIFICATION_SCHEMA).sort("workflow")
-    return hops.select(list(RETRY_HOPS_SCHEMA)), amplification
+    return hops.select(list(RETRY_HOPS_SCHEMA)).cast(pl.Schema(RETRY_HOPS_SCHEMA)), amplification
