@@ -312,16 +312,20 @@ def analyze(
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     every = series_every(windows.start, windows.end, conv.series_buckets)
-    requests = fetch_requests(store, windows, conv)
-    services = sorted(requests.filter(pl.col("window") == "current")["service"].unique().to_list())
-    tails = tail_traces(requests, conv)
-
-    # The store answers one query at a time: one thread runs the remaining reductions in order
-    # while this one does the Polars work on what has arrived, so the two overlap. On an error the
-    # queries not yet started are cancelled.
+    # The store answers one query at a time: one thread runs the reductions in order while this one
+    # does the Polars work on what has arrived, so the two overlap and the store never waits for
+    # Python between queries. On an error the queries not yet started are cancelled.
     sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql")
     try:
+        requests_f = sql.submit(fetch_requests, store, windows, conv)
         workflows_f = sql.submit(fetch_workflows, store, windows, conv)
+        # Queued jobs keep the store busy while the tail traces are chosen.
+        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
+        requests = requests_f.result()
+        services = sorted(
+            requests.filter(pl.col("window") == "current")["service"].unique().cast(pl.String).to_list()
+        )
+        tails = tail_traces(requests, conv)
         # Tail traces and workflow traces in one pass (see analytics.trace_spans).
         trace_spans_f = sql.submit(
             lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
@@ -329,7 +333,6 @@ def analyze(
         release_times_f = sql.submit(
             lambda: fetch_release_times(store, services, windows, conv, coverage(store))
         )
-        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
         hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
