@@ -40,10 +40,12 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import (
     ERRORED,
     IS_COLD_MARKED,
-    IS_HOT_ROOT,
     IS_LLM,
+    KIND,
     MAYBE_LLM,
+    MAYBE_MARKED_HOT,
     MODEL,
+    PATH,
     PROVIDER,
     RESEND,
     THROTTLED,
@@ -412,7 +414,13 @@ def llm_signals_sql(table: str) -> str:
     )
     return f"""
 WITH hot AS (
-    SELECT cityHash64(TraceId) FROM {table} PREWHERE ParentSpanId = '' WHERE {windows} AND {IS_HOT_ROOT}
+    -- IS_HOT_ROOT as two reads: roots of a hot kind (no attribute map is read), then roots marked
+    -- hot (maps read only where the mark's key is present).
+    SELECT cityHash64(TraceId) FROM {table}
+    PREWHERE ParentSpanId = '' AND {KIND} IN {{cv_hot_kinds:Array(String)}} WHERE {windows}
+    UNION ALL
+    SELECT cityHash64(TraceId) FROM {table}
+    PREWHERE ParentSpanId = '' AND {MAYBE_MARKED_HOT} WHERE {windows} AND {PATH} = {{cv_hot:String}}
 )
 SELECT window, provider, model, toInt64(uniqExact(span_key)) AS calls,
        toInt64(uniqExactIf(span_key, err)) AS errors, toInt64(uniqExactIf(span_key, thr)) AS throttled,

@@ -227,6 +227,12 @@ IS_HOT_ROOT = (
     f"(ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}}))"
 )
 IS_COLD_MARKED = f"({PATH} = {{cv_cold:String}})"
+# A root is hot by its kind or by its path mark; the mark needs the key in one of the two maps
+# (unless the hot value is empty). PREWHERE on this reads the maps of marked roots only.
+MAYBE_MARKED_HOT = (
+    "(has(SpanAttributes.keys, {cv_path_attr:String}) OR has(ResourceAttributes.keys, {cv_path_attr:String}) "
+    "OR {cv_hot:String} = '')"
+)
 # An LLM span: a model call by operation name, a remote agent call, or a provider without operation.
 IS_LLM = (
     f"({OP} IN {{cv_llm_ops:Array(String)}} "

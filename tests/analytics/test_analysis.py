@@ -295,15 +295,17 @@ def test_llm_signal_counts_dedupe_spans_and_count_each_retry_once(store: Store) 
         for s in b
     ]
     c = cold_job("doc-summaries", at(30), 1.0, 2.0, llm_model="gpt-4o")
-    insert_spans(store, [*a, *b, *c, a[1], b[1]])  # one LLM attempt of A and B's LLM span twice
+    # D: a request whose root is hot by its tailwatch.path mark, not by its kind.
+    d = hot_request("chat-api", "POST /chat", at(40), 0.0, llm_ms=300.0, mark_hot=True)
+    insert_spans(store, [*a, *b, *c, *d, a[1], b[1]])  # one LLM attempt of A and B's LLM span twice
     windows = Windows.of(dt(at(0)), dt(at(3600)))
     pairs = pl.DataFrame({"provider": ["openai"], "model": ["gpt-4o"]})
     frame = fetch_llm_signals(store, pairs, windows, Conventions())
     row = _row(frame, window="current", model="gpt-4o")
-    # 3 + 1 + 1 distinct LLM spans; retries: A's two re-sends and B's one; A's two failed attempts
-    # are the errors and 429s; C's call is the cold one.
+    # 3 + 1 + 1 + 1 distinct LLM spans; retries: A's two re-sends and B's one; A's two failed
+    # attempts are the errors and 429s; C's call is the only cold one.
     assert {k: row[k] for k in ("calls", "errors", "throttled", "retries", "cold")} == {
-        "calls": 5,
+        "calls": 6,
         "errors": 2,
         "throttled": 2,
         "retries": 3,
