@@ -245,18 +245,16 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
     all_ms, current_ms = ordered["all_ms"], ordered["current_ms"]
     rows: list[dict[str, Any]] = []
     for i, row in enumerate(scalars):
-        same_operation = i > 0 and (scalars[i - 1]["service"], scalars[i - 1]["operation"]) == (
+        if current_ms[i] is None:
+            continue  # not served in the current window: only a "previous" for the next version
+        previous = scalars[i - 1] if i > 0 else None
+        if previous is not None and (previous["service"], previous["operation"]) != (
             row["service"],
             row["operation"],
-        )
-        if current_ms[i] is None:
-            continue
-        before = all_ms[i - 1].to_numpy() if same_operation else np.empty(0)
-        rows.append(
-            _release_step(
-                row, current_ms[i].to_numpy(), scalars[i - 1] if same_operation else None, before, conventions
-            )
-        )
+        ):
+            previous = None
+        before = all_ms[i - 1].to_numpy() if previous is not None else np.empty(0)
+        rows.append(_release_step(row, current_ms[i].to_numpy(), previous, before, conventions))
     if not rows:
         return empty(RELEASES_SCHEMA)
     frame = pl.DataFrame(rows, schema={**RELEASES_SCHEMA, "released_at": pl.Datetime("ns", "UTC")})
@@ -274,8 +272,6 @@ def _release_step(
 ) -> dict[str, Any]:
     """The step into ``row``'s version (``after_ms``: its current-window durations) from
     ``previous``, the version released before it (``before_ms``: all its durations)."""
-    after_ms = after_ms.astype(np.float64, copy=False)
-    before_ms = before_ms.astype(np.float64, copy=False)
     p99_after = percentile(after_ms, 0.99)
     p99_before = percentile(before_ms, 0.99)
     delta = None if p99_after is None or p99_before is None else p99_after - p99_before

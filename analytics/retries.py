@@ -18,7 +18,6 @@ hops' retries do not compound in this workflow; observed near modeled means they
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import polars as pl
@@ -70,7 +69,6 @@ RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
 }
 
 _MAX_DEPTH = 64
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 WORKFLOWS_SCHEMA: dict[str, Any] = {
@@ -100,16 +98,13 @@ def fetch_workflows(store: Store, windows: Windows, conventions: Conventions) ->
     return frame.cast(pl.Schema(WORKFLOWS_SCHEMA)).select(list(WORKFLOWS_SCHEMA))
 
 
-def _epoch_ns(value: datetime) -> int:
-    return (value - _EPOCH) // timedelta(microseconds=1) * 1000
-
-
 def workflow_spans(
     trace_spans: pl.DataFrame, workflows: pl.DataFrame, windows: Windows, conventions: Conventions
 ) -> pl.DataFrame:
     """The spans of the workflow traces (from :func:`analytics.trace_spans.fetch_trace_spans`) that
     start in [start, end + trace margin), with their workflow span and name. Pure."""
-    lo, hi = _epoch_ns(windows.start), _epoch_ns(windows.end + conventions.trace_margin)
+    lo = pl.lit(windows.start).dt.epoch("ns")
+    hi = pl.lit(windows.end + conventions.trace_margin).dt.epoch("ns")
     return (
         trace_spans.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
         .select("trace_key", *(c for c in WORKFLOW_SPANS_SCHEMA if c in trace_spans.columns))
