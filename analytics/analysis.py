@@ -322,16 +322,15 @@ def analyze(
         # Queued jobs keep the store busy while the tail traces are chosen.
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
         requests = requests_f.result()
-        services = sorted(
-            requests.filter(pl.col("window") == "current")["service"].unique().cast(pl.String).to_list()
-        )
+        # Each version's first request bounds the search for its first span.
+        first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
         tails = tail_traces(requests, conv)
         # Tail traces and workflow traces in one pass (see analytics.trace_spans).
         trace_spans_f = sql.submit(
             lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
         )
         release_times_f = sql.submit(
-            lambda: fetch_release_times(store, services, windows, conv, coverage(store))
+            lambda: fetch_release_times(store, first_requests, windows, conv, coverage(store))
         )
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).

@@ -25,7 +25,7 @@ at least one significant upward step: p99 climbs with the release cadence.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -43,6 +43,7 @@ __all__ = [
     "RELEASE_COUPLING_SCHEMA",
     "RELEASE_TIMES_SCHEMA",
     "fetch_release_times",
+    "first_seen_before_sql",
     "first_seen_sql",
     "record_release_times",
     "release_coupling",
@@ -128,35 +129,112 @@ def record_release_times(
     return seen.num_rows
 
 
+def first_seen_before_sql(table: str, pairs: int) -> str:
+    """First span of each pair ``i`` — service ``{s<i>}``, version ``{v<i>}`` — before ``{b<i>}``, in
+    the time ranges ``lo1..hi1`` or ``lo2..hi2``. One SELECT per pair, so that each pair's bounds
+    reach the index analysis as constants: the primary key (service first, time last) keeps the
+    service's granules before the bound, and the Collector's bloom filter over resource attribute
+    values (``idx_res_attr_value``) keeps those where the version appears at all — around the
+    version's first request, a handful of granules instead of the whole look-back."""
+    selects = [
+        f"""
+SELECT ServiceName AS service, {VERSION} AS version, min(Timestamp) AS first_seen
+FROM {table}
+WHERE ServiceName = {{s{i}:String}} AND Timestamp < {{b{i}:DateTime64(9)}}
+  AND ((Timestamp >= {{lo1:DateTime64(9)}} AND Timestamp < {{hi1:DateTime64(9)}})
+    OR (Timestamp >= {{lo2:DateTime64(9)}} AND Timestamp < {{hi2:DateTime64(9)}}))
+  AND has(mapValues(ResourceAttributes), {{v{i}:String}}) AND version = {{v{i}:String}}
+GROUP BY service, version"""
+        for i in range(pairs)
+    ]
+    return "\nUNION ALL\n".join(selects)
+
+
+# Pairs per query: a few dozen small SELECTs, far below any limit on query size.
+_PAIRS_PER_QUERY = 64
+
+
+def _has_version_index(store: Store) -> bool:
+    """Whether the traces table carries a bloom filter over its resource attribute values (the
+    Collector's schema does; a hand-made table may not)."""
+    return bool(
+        store.query_value(
+            """
+SELECT count() FROM system.data_skipping_indices
+WHERE database = {db:String} AND table IN ({t:String}, {local:String}) AND type = 'bloom_filter'
+  AND replaceAll(expr, ' ', '') = 'mapValues(ResourceAttributes)'
+""",
+            {"db": store.database, "t": TRACES_TABLE, "local": f"{TRACES_TABLE}_local"},
+        )
+    )
+
+
 def fetch_release_times(
     store: Store,
-    services: list[str],
+    first_requests: pl.DataFrame,
     windows: Windows,
     conventions: Conventions,
     covered: tuple[datetime, datetime] | None = None,
 ) -> pl.DataFrame:
-    """First span per (service, version) from ``release_lookback`` before the windows to their end:
-    the rollup job's records for the minutes in ``covered`` (see :func:`analytics.rollups.coverage`),
-    raw spans for the rest."""
-    if not services:
+    """Release time of each (service, version) in ``first_requests`` (``service``, ``version``,
+    ``start`` of the first request it served): its first span from ``release_lookback`` before the
+    windows on, which is that request or an earlier span. The rollup job's records serve the
+    minutes in ``covered`` (see :func:`analytics.rollups.coverage`), raw spans the rest.
+
+    A version's first span is at or before its first request, so only spans before that request
+    are read — with the Collector's indexes, the few granules around it."""
+    bounds = (
+        first_requests.select(
+            pl.col("service").cast(pl.String),
+            pl.col("version").cast(pl.String),
+            pl.col("start").cast(pl.Datetime("ns", "UTC")).alias("released_at"),
+        )
+        .filter(pl.col("version") != "")
+        .group_by("service", "version")
+        .agg(pl.col("released_at").min())
+        .sort("service", "version")
+    )
+    if bounds.is_empty():
         return empty(RELEASE_TIMES_SCHEMA)
     lookback = min(windows.start, windows.baseline_start) - conventions.release_lookback
     end = max(windows.end, windows.baseline_end)
     # Raw spans before and after what the job covered (an empty range is lo == hi).
     lo1, hi1, lo2, hi2 = lookback, end, end, end
-    frames = []
+    frames = [bounds]
+    services = bounds["service"].unique().sort().to_list()
     if covered is not None and covered[0] < end and covered[1] > lookback:
         lo1, hi1 = lookback, max(lookback, covered[0])
         lo2, hi2 = min(end, covered[1]), end
         frames.append(
             store.query_polars(release_times_sql(store.table(RELEASE_TIMES_TABLE)), {"services": services})
         )
-    params = {**conventions.sql_parameters(), "lo1": lo1, "hi1": hi1, "lo2": lo2, "hi2": hi2}
-    raw = store.query_polars(first_seen_sql(store.table(TRACES_TABLE)), {**params, "services": services})
-    frames.append(raw.rename({"first_seen": "released_at"}))
-    frame = pl.concat([normalize(f).cast(pl.Schema(RELEASE_TIMES_SCHEMA)) for f in frames])
+    ranges = {**conventions.sql_parameters(), "lo1": lo1, "hi1": hi1, "lo2": lo2, "hi2": hi2}
+    table = store.table(TRACES_TABLE)
+    if _has_version_index(store):
+        rows = bounds.rows()
+        for chunk in range(0, len(rows), _PAIRS_PER_QUERY):
+            pairs = rows[chunk : chunk + _PAIRS_PER_QUERY]
+            params = dict(ranges)
+            for i, (service, version, bound) in enumerate(pairs):
+                params |= {f"s{i}": service, f"v{i}": version, f"b{i}": bound}
+            frames.append(store.query_polars(first_seen_before_sql(table, len(pairs)), params))
+    else:
+        # Without the index a SELECT per pair would rescan the service's spans for each version:
+        # one scan of every version before the last first request is cheaper.
+        last = cast(datetime, bounds["released_at"].max())
+        params = {**ranges, "hi1": min(hi1, last), "hi2": min(hi2, last), "services": services}
+        frames.append(store.query_polars(first_seen_sql(table), params))
+    frame = pl.concat(
+        [
+            normalize(f)
+            .rename({"first_seen": "released_at"}, strict=False)
+            .cast(pl.Schema(RELEASE_TIMES_SCHEMA))
+            for f in frames
+        ]
+    )
     return (
-        frame.group_by("service", "version")
+        frame.join(bounds.select("service", "version"), on=["service", "version"], how="semi")
+        .group_by("service", "version")
         .agg(pl.col("released_at").min())
         .sort("service", "version")
         .select(list(RELEASE_TIMES_SCHEMA))

@@ -99,8 +99,13 @@ def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Sto
     conv = Conventions()
     expected = {("api", "1.0.0"): dt(at(60)), ("api", "2.0.0"): dt(at(30 * day + 120))}
 
+    # Each version's first request bounds its search; here a bound after everything.
+    bounds = pl.DataFrame(
+        {"service": ["api", "api"], "version": ["1.0.0", "2.0.0"], "start": [windows.end, windows.end]}
+    )
+
     def release_times() -> dict[tuple[str, str], object]:
-        frame = fetch_release_times(store, ["api"], windows, conv, coverage(store))
+        frame = fetch_release_times(store, bounds, windows, conv, coverage(store))
         return {(r["service"], r["version"]): r["released_at"] for r in frame.iter_rows(named=True)}
 
     raw_only = release_times()  # before any rollup: everything from raw spans
@@ -120,10 +125,44 @@ def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Sto
         settings={"mutations_sync": 2},
     )
     assert release_times() == expected
-    assert fetch_release_times(store, ["api"], windows, conv)["released_at"].to_list() == [
+    assert fetch_release_times(store, bounds, windows, conv)["released_at"].to_list() == [
         dt(at(27 * day + 60)),
         dt(at(30 * day + 120)),
     ]
+
+
+def test_release_time_is_the_first_span_before_the_first_request_with_or_without_the_index(
+    store: Store,
+) -> None:
+    # v2's first span is a background span 5 s before its first request; v1's first span is its
+    # first request. Spans of v2 in other granules or after the bound change nothing.
+    spans: list[SpanRow] = []
+    for i in range(20):
+        spans += hot_request("api", "GET /r", at(60 + i), 100.0, version="1.0.0")
+    spans.append(
+        SpanRow(
+            trace_id=f"{0xBEEF:032x}",
+            span_id=f"{0xBEEF:016x}",
+            name="warm-cache",
+            start_ns=at(3595),
+            duration_ns=50_000_000,
+            service="api",
+            resource_attributes={"service.version": "2.0.0"},
+        )
+    )
+    for i in range(20):
+        spans += hot_request("api", "GET /r", at(3600 + i), 120.0, version="2.0.0")
+    insert_spans(store, spans)
+    windows = Windows.of(dt(at(0)), dt(at(7200)))
+    first_requests = pl.DataFrame(
+        {"service": ["api", "api"], "version": ["1.0.0", "2.0.0"], "start": [dt(at(60)), dt(at(3600))]}
+    )
+    expected = [("api", "1.0.0", dt(at(60))), ("api", "2.0.0", dt(at(3595)))]
+    with_index = fetch_release_times(store, first_requests, windows, Conventions())
+    assert with_index.rows() == expected
+    store.command("ALTER TABLE otel_traces DROP INDEX idx_res_attr_value", settings={"mutations_sync": 2})
+    without_index = fetch_release_times(store, first_requests, windows, Conventions())
+    assert without_index.rows() == expected
 
 
 def test_rollup_histograms_merge_exactly() -> None:
