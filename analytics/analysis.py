@@ -1,7 +1,7 @@
 """One analysis run: every metric over a window and its baseline, as Polars frames and as JSON.
 
-``analyze`` runs the SQL reductions (one query per shape of data: requests, workflows, the spans of
-the tail and workflow traces, release times, queued jobs, LLM signals) and hands the narrow results
+``analyze`` runs the SQL reads (one query per shape of data: hot-path roots, LLM spans, workflows,
+the spans of the tail and workflow traces, release times, queued jobs) and hands the narrow results
 to the pure metric functions of the sibling modules, overlapping the two.
 """
 
@@ -30,8 +30,8 @@ from analytics.attribution import (
     LLM_SIGNALS_SCHEMA,
     attribute,
     critical_path,
-    fetch_llm_signals,
     llm_causes,
+    llm_signal_counts,
     llm_signals,
     tail_spans,
     tail_traces,
@@ -49,10 +49,12 @@ from analytics.conventions import Conventions
 from analytics.hot_path import (
     HOT_PATH_SCHEMA,
     HOT_PATH_SERIES_SCHEMA,
-    fetch_requests,
     hot_path_series,
     hot_path_summary,
+    request_rows,
+    with_sync_llm_calls,
 )
+from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import (
     RELEASE_COUPLING_SCHEMA,
     RELEASES_SCHEMA,
@@ -317,27 +319,37 @@ def analyze(
     # Python between queries. On an error the queries not yet started are cancelled.
     sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql")
     try:
-        requests_f = sql.submit(fetch_requests, store, windows, conv)
+        roots_f = sql.submit(fetch_roots, store, windows, conv)
+        llm_spans_f = sql.submit(fetch_llm_spans, store, windows, conv)
         workflows_f = sql.submit(fetch_workflows, store, windows, conv)
-        # Queued jobs keep the store busy while the tail traces are chosen.
-        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
-        requests = requests_f.result()
-        # Each version's first request bounds the search for its first span.
-        first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
-        tails = tail_traces(requests, conv)
+        # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once.
+        roots = roots_f.result().unique("trace_key", keep="any")
+        # The tails and release bounds need only the roots: their queries are queued while the LLM
+        # spans are still being read; the requests get their synchronous LLM calls after.
+        rows = request_rows(roots, windows)
+        tails = tail_traces(rows, conv)
         # Tail traces and workflow traces in one pass (see analytics.trace_spans).
         trace_spans_f = sql.submit(
             lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
         )
+        # The last queries are small: they run while the traces are walked.
+        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
+        # Each version's first request bounds the search for its first span.
+        first_requests = rows.group_by("service", "version").agg(pl.col("start").min())
         release_times_f = sql.submit(
             lambda: fetch_release_times(store, first_requests, windows, conv, coverage(store))
         )
+        buckets = abandonment(rows, conv)
+        buckets_summary = abandonment_summary(rows, buckets, conv)
+
+        llm_spans = llm_spans_f.result().unique("span_key", keep="any")
+        requests = with_sync_llm_calls(rows, llm_spans)
+        signal_counts = llm_signal_counts(llm_spans, roots, windows)
+        del llm_spans, rows
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
         hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
         hot_series = hot_path_series(requests, every)
-        buckets = abandonment(requests, conv)
-        buckets_summary = abandonment_summary(requests, buckets, conv)
 
         trace_spans = trace_spans_f.result()
         tail_spans_ = tail_spans(trace_spans)
@@ -349,12 +361,11 @@ def analyze(
         )
         attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
         causes = llm_causes(attribution, attribution_spans)
-        signals_f = sql.submit(fetch_llm_signals, store, causes, windows, conv)
 
         hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows_f.result(), windows, conv))
         release_rows = releases(requests, release_times_f.result(), conv)
         jobs = jobs_f.result()
-        signals = llm_signals(causes, signals_f.result())
+        signals = llm_signals(causes, signal_counts)
     finally:
         sql.shutdown(wait=True, cancel_futures=True)
 

@@ -36,23 +36,12 @@ from typing import Any
 
 import polars as pl
 
-from analytics._common import Windows, empty, normalize
+from analytics._common import Windows, empty
 from analytics.conventions import (
-    ERRORED,
-    IS_COLD_MARKED,
-    IS_LLM,
-    KIND,
-    MAYBE_LLM,
-    MAYBE_MARKED_HOT,
-    MODEL,
-    PATH,
-    PROVIDER,
-    RESEND,
-    THROTTLED,
     Conventions,
 )
+from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.trace_spans import TRACE_SPANS_SCHEMA
-from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
 __all__ = [
@@ -64,6 +53,7 @@ __all__ = [
     "attribute",
     "critical_path",
     "fetch_llm_signals",
+    "llm_signal_counts",
     "llm_signals",
     "tail_spans",
     "tail_traces",
@@ -399,76 +389,69 @@ def attribute(
 # --- LLM-side signals ---------------------------------------------------------------------------
 
 
-def llm_signals_sql(table: str) -> str:
-    """Per (window, provider, model): LLM spans, errors, 429s, retries and spans from cold-path work.
+_SIGNAL_COUNTS_SCHEMA: dict[str, Any] = {
+    "window": pl.String,
+    "provider": pl.String,
+    "model": pl.String,
+    "calls": pl.Int64,
+    "errors": pl.Int64,
+    "throttled": pl.Int64,
+    "retries": pl.Int64,
+    "cold": pl.Int64,
+}
 
-    One flat GROUP BY over a handful of groups: every count is a distinct count of 64-bit span keys
-    (duplicates of a span collapse), which costs far less than a group per logical call. Retries
-    are the attempts beyond the first of each logical call (spans − distinct (trace, parent, name)
-    calls) or the spans carrying a resend count, whichever is larger. A span belongs to the window it
-    starts in; it is cold-path work when it is marked cold or its trace has no hot-path root.
+
+def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
+    """Per (window, provider, model): LLM spans, errors, 429s, retries and spans from cold-path work,
+    from :func:`analytics.llm_spans.fetch_llm_spans` (one row per span) and the hot-path roots of
+    :func:`analytics.llm_spans.fetch_roots`. Pure.
+
+    Retries are the attempts beyond the first of each logical call (spans − distinct (trace, parent,
+    name) calls) or the spans carrying a resend count, whichever is larger. A span belongs to the
+    window it starts in; it is cold-path work when it is marked cold or its trace has no hot-path root.
     """
-    windows = (
-        "((Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be_m:DateTime64(9)}) "
-        "OR (Timestamp >= {s:DateTime64(9)} AND Timestamp < {e_m:DateTime64(9)}))"
+    start = pl.col("start_ns")
+    window = (
+        pl.when(
+            (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
+        )
+        .then(pl.lit("current"))
+        .when(
+            (start >= pl.lit(windows.baseline_start).dt.epoch("ns"))
+            & (start < pl.lit(windows.baseline_end).dt.epoch("ns"))
+        )
+        .then(pl.lit("baseline"))
     )
-    return f"""
-WITH hot AS (
-    -- IS_HOT_ROOT as two reads: roots of a hot kind (no attribute map is read), then roots marked
-    -- hot (maps read only where the mark's key is present).
-    SELECT cityHash64(TraceId) FROM {table}
-    PREWHERE ParentSpanId = '' AND {KIND} IN {{cv_hot_kinds:Array(String)}} WHERE {windows}
-    UNION ALL
-    SELECT cityHash64(TraceId) FROM {table}
-    PREWHERE ParentSpanId = '' AND {MAYBE_MARKED_HOT} WHERE {windows} AND {PATH} = {{cv_hot:String}}
-)
-SELECT window, provider, model, toInt64(uniqExact(span_key)) AS calls,
-       toInt64(uniqExactIf(span_key, err)) AS errors, toInt64(uniqExactIf(span_key, thr)) AS throttled,
-       toInt64(greatest(calls - uniqExact(call_key), uniqExactIf(span_key, resend > 0))) AS retries,
-       toInt64(uniqExactIf(span_key, cold_marked OR trace_key NOT IN hot)) AS cold
-FROM (
-    SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
-           cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
-           multiIf(Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}, 'current',
-                   Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be:DateTime64(9)}}, 'baseline',
-                   '') AS window,
-           {PROVIDER} AS provider, {MODEL} AS model, {ERRORED} AS err, {THROTTLED} AS thr,
-           {RESEND} AS resend, {IS_COLD_MARKED} AS cold_marked
-    FROM {table}
-    PREWHERE {MAYBE_LLM}
-        AND (has(SpanAttributes.keys, {{cv_model_attr:String}}) OR has({{models:Array(String)}}, ''))
-    WHERE {windows} AND {IS_LLM} AND {MODEL} IN {{models:Array(String)}}
-)
-WHERE window != ''
-GROUP BY window, provider, model
-"""
+    counts = (
+        llm_spans.with_columns(window.alias("window"))
+        .filter(pl.col("window").is_not_null())
+        .with_columns(pl.col("trace_key").is_in(roots["trace_key"].implode()).alias("hot"))
+        .group_by("window", "provider", "model")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("errored").sum().alias("errors"),
+            pl.col("throttled").sum(),
+            pl.max_horizontal(pl.len() - pl.col("call_key").n_unique(), pl.col("resent").sum()).alias(
+                "retries"
+            ),
+            (pl.col("cold_marked") | ~pl.col("hot")).sum().alias("cold"),
+        )
+    )
+    return counts.cast(pl.Schema(_SIGNAL_COUNTS_SCHEMA)).select(list(_SIGNAL_COUNTS_SCHEMA))
 
 
 def fetch_llm_signals(
     store: Store, pairs: pl.DataFrame, windows: Windows, conventions: Conventions
 ) -> pl.DataFrame:
-    """Raw per-window counts for the (provider, model) pairs in ``pairs``."""
-    schema = {
-        "window": pl.String,
-        "provider": pl.String,
-        "model": pl.String,
-        "calls": pl.Int64,
-        "errors": pl.Int64,
-        "throttled": pl.Int64,
-        "retries": pl.Int64,
-        "cold": pl.Int64,
-    }
+    """:func:`llm_signal_counts` for the (provider, model) pairs in ``pairs``, read from the store."""
     if pairs.is_empty():
-        return empty(schema)
-    params = {
-        **conventions.sql_parameters(),
-        **windows.params(conventions),
-        "models": sorted(set(pairs["model"].to_list())),
-    }
-    frame = normalize(store.query_polars(llm_signals_sql(store.table(TRACES_TABLE)), params))
-    if frame.is_empty():
-        return empty(schema)
-    return frame.cast(pl.Schema(schema)).select(list(schema))
+        return empty(_SIGNAL_COUNTS_SCHEMA)
+    counts = llm_signal_counts(
+        fetch_llm_spans(store, windows, conventions).unique("span_key", keep="any"),
+        fetch_roots(store, windows, conventions),
+        windows,
+    )
+    return counts.join(pairs.select("provider", "model").unique(), on=["provider", "model"], how="semi")
 
 
 def llm_causes(attribution: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:

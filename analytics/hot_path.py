@@ -1,9 +1,8 @@
-"""Hot path: one row per request (SQL), then per-operation percentiles and time series (Polars).
+"""Hot path: one row per request, then per-operation percentiles and time series (Polars).
 
-The SQL reduces every trace to its hot-path root (service, operation, version, start, duration,
-abandoned) and its synchronous LLM calls, in one GROUP BY TraceId over both windows: duplicates of a
-span collapse inside the group (``anyIf`` for the root, ``uniqExactIf(SpanId)`` for LLM calls), and
-only the request rows travel to Python.
+A request is a trace with a hot-path root (service, operation, version, start, duration, abandoned;
+read by :func:`analytics.llm_spans.fetch_roots`) and counts its synchronous LLM calls (the LLM spans
+of :func:`analytics.llm_spans.fetch_llm_spans` on its request path). Both reads drop duplicate spans.
 """
 
 from __future__ import annotations
@@ -14,16 +13,8 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import (
-    ABANDONED,
-    IS_COLD_MARKED,
-    IS_HOT_ROOT,
-    IS_LLM,
-    KIND,
-    MAYBE_LLM,
-    VERSION,
-    Conventions,
-)
+from analytics.conventions import IS_HOT_ROOT, Conventions
+from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.stats import percentile_exprs
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
@@ -35,7 +26,8 @@ __all__ = [
     "fetch_requests",
     "hot_path_series",
     "hot_path_summary",
-    "requests_sql",
+    "request_rows",
+    "with_sync_llm_calls",
 ]
 
 WINDOW = pl.Enum(["baseline", "current"])
@@ -81,72 +73,44 @@ HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
 _QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99, "p999_ms": 0.999}
 
 
-def requests_sql(table: str) -> str:
-    """One row per hot-path request started in either window (``window`` = current | baseline)."""
-    return f"""
--- Repeated strings travel as Arrow dictionaries (LowCardinality): the result has a row per request.
-SELECT trace_key, toLowCardinality(service) AS service, toLowCardinality(operation) AS operation,
-       toLowCardinality(version) AS version, start, duration_ms, abandoned, sync_llm_calls,
-       toLowCardinality(w) AS window
-FROM (
-    SELECT
-        trace_key,
-        anyIf(ServiceName, is_root) AS service,
-        anyIf(SpanName, is_root) AS operation,
-        anyIf(version, is_root) AS version,
-        minIf(Timestamp, is_root) AS start,
-        anyIf(Duration, is_root) / 1e6 AS duration_ms,
-        maxIf(is_abandoned, is_root) AS abandoned,
-        toInt64(uniqExactIf(span_key, is_sync_llm)) AS sync_llm_calls,
-        countIf(is_root) AS roots
-    FROM (
-        SELECT
-            ServiceName, SpanName, Timestamp, Duration,
-            -- 64-bit hashes as group keys: hashing 32-char ids once is far cheaper than string
-            -- hash tables over millions of traces.
-            cityHash64(TraceId) AS trace_key, cityHash64(SpanId) AS span_key,
-            {IS_HOT_ROOT} AS is_root,
-            if(is_root, {VERSION}, '') AS version,
-            is_root AND {ABANDONED} AS is_abandoned,
-            -- Synchronous: in the request's own trace (parent links), not marked cold, not a
-            -- message consumer (queued work parented to its producer is not on the request path).
-            NOT is_root AND {IS_LLM} AND NOT {IS_COLD_MARKED} AND {KIND} != 'Consumer' AS is_sync_llm
-        FROM {table}
-        -- Roots and possible LLM spans only: the attribute maps of other spans are never read.
-        PREWHERE ParentSpanId = '' OR {MAYBE_LLM}
-        WHERE ((Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}})
-           OR (Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be_m:DateTime64(9)}}))
-          AND (is_root OR is_sync_llm)
+def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
+    """One row per hot-path request and window its root started in (both when the windows overlap),
+    from the roots of :func:`analytics.llm_spans.fetch_roots` (one per trace); ``sync_llm_calls``
+    comes from
+    :func:`with_sync_llm_calls`. Pure."""
+    start = pl.col("start").dt.epoch("ns")
+    parts = [
+        roots.filter((start >= pl.lit(lo).dt.epoch("ns")) & (start < pl.lit(hi).dt.epoch("ns"))).with_columns(
+            pl.lit(name).cast(WINDOW).alias("window")
+        )
+        for name, lo, hi in (
+            ("baseline", windows.baseline_start, windows.baseline_end),
+            ("current", windows.start, windows.end),
+        )
+    ]
+    return (
+        pl.concat(parts)
+        .with_columns(pl.lit(0, pl.Int64).alias("sync_llm_calls"))
+        .select(list(REQUESTS_SCHEMA))
     )
-    GROUP BY trace_key
-    HAVING roots > 0
-)
-ARRAY JOIN arrayFilter(x -> x != '', [
-    if(start >= {{s:DateTime64(9)}} AND start < {{e:DateTime64(9)}}, 'current', ''),
-    if(start >= {{bs:DateTime64(9)}} AND start < {{be:DateTime64(9)}}, 'baseline', '')
-]) AS w
-"""
+
+
+def with_sync_llm_calls(requests: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:
+    """``sync_llm_calls`` per request: the LLM spans on its trace's request path (from
+    :func:`analytics.llm_spans.fetch_llm_spans`, one row per span). Pure."""
+    calls = llm_spans.filter(pl.col("sync")).group_by("trace_key").agg(pl.len().cast(pl.Int64).alias("calls"))
+    return (
+        requests.join(calls, on="trace_key", how="left")
+        .with_columns(pl.col("calls").fill_null(0).alias("sync_llm_calls"))
+        .select(list(REQUESTS_SCHEMA))
+    )
 
 
 def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = store.query_polars(
-        requests_sql(store.table(TRACES_TABLE)),
-        params,
-        settings={"output_format_arrow_low_cardinality_as_dictionary": 1},
-    )
-    if frame.is_empty():
-        return empty(REQUESTS_SCHEMA)
-    # normalize() would turn the dictionaries into strings: only the timestamp needs it here.
-    frame = frame.with_columns(normalize(frame.select("start")))
-    return frame.with_columns(
-        pl.col("service", "operation", "version").cast(pl.Categorical),
-        pl.col("window").cast(pl.String).cast(WINDOW),
-        pl.col("abandoned").cast(pl.Boolean),
-        pl.col("sync_llm_calls").cast(pl.Int64),
-        pl.col("start").dt.cast_time_unit("ns"),
-        pl.col("trace_key").cast(pl.UInt64),
-    ).select(list(REQUESTS_SCHEMA))
+    """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, in two reads."""
+    roots = fetch_roots(store, windows, conventions).unique("trace_key", keep="any")
+    llm_spans = fetch_llm_spans(store, windows, conventions).unique("span_key", keep="any")
+    return with_sync_llm_calls(request_rows(roots, windows), llm_spans)
 
 
 def hot_path_summary(requests: pl.DataFrame) -> pl.DataFrame:

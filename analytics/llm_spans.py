@@ -1,0 +1,144 @@
+"""Hot-path roots and LLM spans: the two reads behind requests and the LLM-side signals.
+
+The requests need every hot-path root and, per trace, its synchronous LLM calls; the LLM signals need
+every LLM span with its error, 429 and retry marks and whether its trace is a hot-path request. Both
+are read here once each, as narrow rows with 64-bit keys, and the metric code groups them in Polars
+(:func:`analytics.hot_path.requests`, :func:`analytics.attribution.llm_signal_counts`): a GROUP BY
+per trace in ClickHouse plus a second pass over the LLM spans for the signals cost about twice as
+much as these two reads.
+
+Roots are read where ``ParentSpanId`` is empty (its size subcolumn, not the ids), LLM spans where an
+operation or provider key is present (the key subcolumn), so neither read decompresses the attribute
+maps of other spans. Both cover each window plus the trace margin. Duplicates of a span (same
+TraceId, SpanId) are left to the caller (``unique`` on ``trace_key`` for roots, ``span_key`` for LLM
+spans), so that the store can start its next query while Python drops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from analytics._common import Windows, empty, normalize
+from analytics.conventions import (
+    ABANDONED,
+    ERRORED,
+    IS_COLD_MARKED,
+    IS_HOT_ROOT,
+    IS_LLM,
+    KIND,
+    MAYBE_LLM,
+    MAYBE_MARKED_HOT,
+    MODEL,
+    PATH,
+    PROVIDER,
+    RESEND,
+    THROTTLED,
+    VERSION,
+    Conventions,
+)
+from collectors.schema import TRACES_TABLE
+from collectors.store import Store
+
+__all__ = [
+    "LLM_SPANS_SCHEMA",
+    "ROOTS_SCHEMA",
+    "fetch_llm_spans",
+    "fetch_roots",
+    "llm_spans_sql",
+    "roots_sql",
+]
+
+ROOTS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,  # cityHash64(TraceId)
+    # Categorical: every metric groups requests by these, and integer codes group far faster.
+    "service": pl.Categorical(),
+    "operation": pl.Categorical(),
+    "version": pl.Categorical(),
+    "start": pl.Datetime("ns", "UTC"),
+    "duration_ms": pl.Float64,
+    "abandoned": pl.Boolean,
+}
+
+LLM_SPANS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,  # cityHash64(TraceId)
+    "span_key": pl.UInt64,  # cityHash64(TraceId, SpanId): duplicates share it
+    "call_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId, SpanName): attempts of one call share it
+    "start_ns": pl.Int64,
+    "provider": pl.Categorical(),
+    "model": pl.Categorical(),
+    "errored": pl.Boolean,
+    "throttled": pl.Boolean,
+    "resent": pl.Boolean,  # carries a resend count > 0
+    "cold_marked": pl.Boolean,
+    # On the request path of its trace: not a hot root itself, not marked cold, not a message
+    # consumer (queued work parented to its producer is not on the request path).
+    "sync": pl.Boolean,
+}
+
+_IN_WINDOWS = (
+    "((Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be_m:DateTime64(9)}) "
+    "OR (Timestamp >= {s:DateTime64(9)} AND Timestamp < {e_m:DateTime64(9)}))"
+)
+
+
+def roots_sql(table: str) -> str:
+    """Hot-path roots started in either window or its margin, one row per root span."""
+    columns = f"""
+SELECT cityHash64(TraceId) AS trace_key, toLowCardinality(ServiceName) AS service,
+       toLowCardinality(SpanName) AS operation, toLowCardinality({VERSION}) AS version,
+       Timestamp AS start, Duration / 1e6 AS duration_ms, {ABANDONED} AS abandoned
+FROM {table}"""
+    # IS_HOT_ROOT as two reads: roots of a hot kind, then the other roots marked hot (their maps read
+    # only where the mark's key is present).
+    return f"""{columns}
+PREWHERE ParentSpanId = '' AND {KIND} IN {{cv_hot_kinds:Array(String)}}
+WHERE {_IN_WINDOWS}
+UNION ALL{columns}
+PREWHERE ParentSpanId = '' AND {KIND} NOT IN {{cv_hot_kinds:Array(String)}} AND {MAYBE_MARKED_HOT}
+WHERE {_IN_WINDOWS} AND {PATH} = {{cv_hot:String}}
+"""
+
+
+def llm_spans_sql(table: str) -> str:
+    """LLM spans started in either window or its margin, one row per span."""
+    return f"""
+SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
+       cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
+       toUnixTimestamp64Nano(Timestamp) AS start_ns,
+       toLowCardinality({PROVIDER}) AS provider, toLowCardinality({MODEL}) AS model,
+       {ERRORED} AS errored, {THROTTLED} AS throttled, {RESEND} > 0 AS resent,
+       {IS_COLD_MARKED} AS cold_marked,
+       NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync
+FROM {table}
+PREWHERE {MAYBE_LLM}
+WHERE {_IN_WINDOWS} AND {IS_LLM}
+"""
+
+
+# Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals.
+_DICTIONARIES = {"output_format_arrow_low_cardinality_as_dictionary": 1}
+
+
+def _fetch(
+    store: Store, sql: str, windows: Windows, conventions: Conventions, schema: dict[str, Any]
+) -> pl.DataFrame:
+    params = {**conventions.sql_parameters(), **windows.params(conventions)}
+    frame = store.query_polars(sql, params, settings=_DICTIONARIES)
+    if frame.is_empty():
+        return empty(schema)
+    # normalize() would turn the dictionaries into strings: only the timestamps need it.
+    times = [name for name, dtype in frame.schema.items() if isinstance(dtype, pl.Datetime)]
+    frame = frame.with_columns(normalize(frame.select(times))) if times else frame
+    return frame.cast(pl.Schema(schema)).select(list(schema))
+
+
+def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """Hot-path roots (:data:`ROOTS_SCHEMA`); duplicates included: ``.unique("trace_key")``."""
+    return _fetch(store, roots_sql(store.table(TRACES_TABLE)), windows, conventions, ROOTS_SCHEMA)
+
+
+def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """LLM spans (:data:`LLM_SPANS_SCHEMA`); duplicates included: ``.unique("span_key")``."""
+    return _fetch(store, llm_spans_sql(store.table(TRACES_TABLE)), windows, conventions, LLM_SPANS_SCHEMA)
