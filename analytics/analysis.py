@@ -322,8 +322,9 @@ def analyze(
         roots_f = sql.submit(fetch_roots, store, windows, conv)
         llm_spans_f = sql.submit(fetch_llm_spans, store, windows, conv)
         workflows_f = sql.submit(fetch_workflows, store, windows, conv)
-        # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once.
-        roots = roots_f.result().unique("trace_key", keep="any")
+        # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once
+        # (a first-occurrence mask: half the CPU of unique(), and the row order is kept).
+        roots = roots_f.result().filter(pl.col("trace_key").is_first_distinct())
         # The tails and release bounds need only the roots: their queries are queued while the LLM
         # spans are still being read; the requests get their synchronous LLM calls after.
         rows = request_rows(roots, windows)
@@ -342,7 +343,7 @@ def analyze(
         buckets = abandonment(rows, conv)
         buckets_summary = abandonment_summary(rows, buckets, conv)
 
-        llm_spans = llm_spans_f.result().unique("span_key", keep="any")
+        llm_spans = llm_spans_f.result().filter(pl.col("span_key").is_first_distinct())
         requests = with_sync_llm_calls(rows, llm_spans)
         signal_counts = llm_signal_counts(llm_spans, roots, windows)
         del llm_spans, rows

@@ -447,7 +447,7 @@ def fetch_llm_signals(
     if pairs.is_empty():
         return empty(_SIGNAL_COUNTS_SCHEMA)
     counts = llm_signal_counts(
-        fetch_llm_spans(store, windows, conventions).unique("span_key", keep="any"),
+        fetch_llm_spans(store, windows, conventions).filter(pl.col("span_key").is_first_distinct()),
         fetch_roots(store, windows, conventions),
         windows,
     )

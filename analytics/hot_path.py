@@ -108,8 +108,8 @@ def with_sync_llm_calls(requests: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.D
 
 def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
     """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, in two reads."""
-    roots = fetch_roots(store, windows, conventions).unique("trace_key", keep="any")
-    llm_spans = fetch_llm_spans(store, windows, conventions).unique("span_key", keep="any")
+    roots = fetch_roots(store, windows, conventions).filter(pl.col("trace_key").is_first_distinct())
+    llm_spans = fetch_llm_spans(store, windows, conventions).filter(pl.col("span_key").is_first_distinct())
     return with_sync_llm_calls(request_rows(roots, windows), llm_spans)
 
 

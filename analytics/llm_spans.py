@@ -10,8 +10,8 @@ much as these two reads.
 Roots are read where ``ParentSpanId`` is empty (its size subcolumn, not the ids), LLM spans where an
 operation or provider key is present (the key subcolumn), so neither read decompresses the attribute
 maps of other spans. Both cover each window plus the trace margin. Duplicates of a span (same
-TraceId, SpanId) are left to the caller (``unique`` on ``trace_key`` for roots, ``span_key`` for LLM
-spans), so that the store can start its next query while Python drops them.
+TraceId, SpanId) are left to the caller (the first row of each ``trace_key`` for roots, of each
+``span_key`` for LLM spans), so that the store can start its next query while Python drops them.
 """
 
 from __future__ import annotations
@@ -135,10 +135,10 @@ def _fetch(
 
 
 def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """Hot-path roots (:data:`ROOTS_SCHEMA`); duplicates included: ``.unique("trace_key")``."""
+    """Hot-path roots (:data:`ROOTS_SCHEMA`), duplicates included (one row per ``trace_key`` wanted)."""
     return _fetch(store, roots_sql(store.table(TRACES_TABLE)), windows, conventions, ROOTS_SCHEMA)
 
 
 def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """LLM spans (:data:`LLM_SPANS_SCHEMA`); duplicates included: ``.unique("span_key")``."""
+    """LLM spans (:data:`LLM_SPANS_SCHEMA`), duplicates included (one row per ``span_key`` wanted)."""
     return _fetch(store, llm_spans_sql(store.table(TRACES_TABLE)), windows, conventions, LLM_SPANS_SCHEMA)
