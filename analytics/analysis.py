@@ -70,7 +70,7 @@ from analytics.retries import (
     workflow_spans,
 )
 from analytics.rollups import coverage, long_window_hot_path
-from analytics.trace_spans import fetch_trace_spans
+from analytics.trace_spans import fetch_trace_spans, with_span_attributes
 from collectors.store import Store
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
@@ -346,13 +346,15 @@ def analyze(
         llm_spans = llm_spans_f.result().filter(pl.col("span_key").is_first_distinct())
         requests = with_sync_llm_calls(rows, llm_spans)
         signal_counts = llm_signal_counts(llm_spans, roots, windows)
-        del llm_spans, rows
+        del rows
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
         hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
         hot_series = hot_path_series(requests, every)
 
-        trace_spans = trace_spans_f.result()
+        # The trace walks take the few attributes they need from the LLM-span read.
+        trace_spans = with_span_attributes(trace_spans_f.result(), llm_spans)
+        del llm_spans
         tail_spans_ = tail_spans(trace_spans)
         # The tail traces get their ids back from their spans.
         ids = tail_spans_.select("trace_key", "trace_id").unique()

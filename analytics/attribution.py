@@ -72,7 +72,6 @@ TAIL_SPANS_SCHEMA: dict[str, Any] = {
         "start_ns",
         "end_ns",
         "is_llm",
-        "is_structure",
         "provider",
         "model",
     )
@@ -251,7 +250,7 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
         return empty(CRITICAL_PATH_SCHEMA)
     rows: list[tuple[Any, ...]] = []
     # The order _trace_critical_path reads: the tail-span columns but the key and structure flag.
-    cols = [c for c in TAIL_SPANS_SCHEMA if c not in ("trace_key", "is_structure")]
+    cols = [c for c in TAIL_SPANS_SCHEMA if c != "trace_key"]
     # One sorted pass instead of a frame per trace: per-group frames cost more than the walk itself.
     current: str | None = None
     group: list[tuple[Any, ...]] = []
@@ -423,7 +422,8 @@ def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Win
         .then(pl.lit("baseline"))
     )
     counts = (
-        llm_spans.with_columns(window.alias("window"))
+        llm_spans.filter(pl.col("is_llm"))
+        .with_columns(window.alias("window"))
         .filter(pl.col("window").is_not_null())
         .with_columns(pl.col("trace_key").is_in(roots["trace_key"].implode()).alias("hot"))
         .group_by("window", "provider", "model")
@@ -431,7 +431,7 @@ def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Win
             pl.len().alias("calls"),
             pl.col("errored").sum().alias("errors"),
             pl.col("throttled").sum(),
-            pl.max_horizontal(pl.len() - pl.col("call_key").n_unique(), pl.col("resent").sum()).alias(
+            pl.max_horizontal(pl.len() - pl.col("call_key").n_unique(), (pl.col("resend") > 0).sum()).alias(
                 "retries"
             ),
             (pl.col("cold_marked") | ~pl.col("hot")).sum().alias("cold"),

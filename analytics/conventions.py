@@ -270,5 +270,11 @@ MAYBE_LLM = (
     "OR has(SpanAttributes.keys, {cv_provider_attr1:String}) "
     "OR has({cv_llm_ops:Array(String)}, '') OR {cv_remote_agent:String} = '')"
 )
+# Token or resend counts need their keys.
+MAYBE_COUNTED = (
+    "(has(SpanAttributes.keys, {cv_resend_attr:String}) "
+    "OR has(SpanAttributes.keys, {cv_in_tok0:String}) OR has(SpanAttributes.keys, {cv_in_tok1:String}) "
+    "OR has(SpanAttributes.keys, {cv_out_tok0:String}) OR has(SpanAttributes.keys, {cv_out_tok1:String}))"
+)
 # IS_WORKFLOW needs the operation key (unless a workflow operation is the empty value).
 MAYBE_WORKFLOW = "(has(SpanAttributes.keys, {cv_op_attr:String}) OR has({cv_workflow_ops:Array(String)}, ''))"

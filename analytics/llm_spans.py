@@ -1,17 +1,23 @@
-"""Hot-path roots and LLM spans: the two reads behind requests and the LLM-side signals.
+"""Hot-path roots and LLM spans: the two reads behind requests, the LLM-side signals and the
+attributes of the spans the trace walks read.
 
 The requests need every hot-path root and, per trace, its synchronous LLM calls; the LLM signals need
-every LLM span with its error, 429 and retry marks and whether its trace is a hot-path request. Both
-are read here once each, as narrow rows with 64-bit keys, and the metric code groups them in Polars
-(:func:`analytics.hot_path.requests`, :func:`analytics.attribution.llm_signal_counts`): a GROUP BY
+every LLM span with its error, 429 and retry marks and whether its trace is a hot-path request; the
+critical path and the retry metrics need the LLM class, provider, model, tokens and resend count of
+the spans they walk. The LLM-span read therefore also returns the other spans that carry tokens or a
+resend count (``is_llm`` false). Both reads happen once each, as narrow rows with 64-bit keys, and
+the metric code groups them in Polars
+(:func:`analytics.hot_path.with_sync_llm_calls`, :func:`analytics.attribution.llm_signal_counts`,
+:func:`analytics.trace_spans.with_span_attributes`): a GROUP BY
 per trace in ClickHouse plus a second pass over the LLM spans for the signals cost about twice as
 much as these two reads.
 
 Roots are read where ``ParentSpanId`` is empty (its size subcolumn, not the ids), LLM spans where an
-operation or provider key is present (the key subcolumn), so neither read decompresses the attribute
-maps of other spans. Both cover each window plus the trace margin. Duplicates of a span (same
-TraceId, SpanId) are left to the caller (the first row of each ``trace_key`` for roots, of each
-``span_key`` for LLM spans), so that the store can start its next query while Python drops them.
+operation, provider, token or resend key is present (the key subcolumn), so neither read
+decompresses the attribute maps of other spans. Both cover each window plus the trace margin.
+Duplicates of a span (same TraceId, SpanId) are left to the caller (the first row of each
+``trace_key`` for roots, of each ``span_key`` for LLM spans), so that the store can start its next
+query while Python drops them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from analytics.conventions import (
     IS_HOT_ROOT,
     IS_LLM,
     KIND,
+    MAYBE_COUNTED,
     MAYBE_LLM,
     MAYBE_MARKED_HOT,
     MODEL,
@@ -35,6 +42,7 @@ from analytics.conventions import (
     PROVIDER,
     RESEND,
     THROTTLED,
+    TOKENS,
     VERSION,
     Conventions,
 )
@@ -68,12 +76,14 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     "start_ns": pl.Int64,
     "provider": pl.Categorical(),
     "model": pl.Categorical(),
+    "is_llm": pl.Boolean,  # false for the other spans carrying tokens or a resend count
     "errored": pl.Boolean,
     "throttled": pl.Boolean,
-    "resent": pl.Boolean,  # carries a resend count > 0
+    "tokens": pl.Int64,
+    "resend": pl.Int64,  # http.request.resend_count, 0 when absent
     "cold_marked": pl.Boolean,
-    # On the request path of its trace: not a hot root itself, not marked cold, not a message
-    # consumer (queued work parented to its producer is not on the request path).
+    # An LLM call on the request path of its trace: not a hot root itself, not marked cold, not a
+    # message consumer (queued work parented to its producer is not on the request path).
     "sync": pl.Boolean,
 }
 
@@ -102,18 +112,19 @@ WHERE {_IN_WINDOWS} AND {PATH} = {{cv_hot:String}}
 
 
 def llm_spans_sql(table: str) -> str:
-    """LLM spans started in either window or its margin, one row per span."""
+    """LLM spans, and other spans carrying tokens or a resend count, started in either window or its
+    margin, one row per span."""
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
        cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
        toLowCardinality({PROVIDER}) AS provider, toLowCardinality({MODEL}) AS model,
-       {ERRORED} AS errored, {THROTTLED} AS throttled, {RESEND} > 0 AS resent,
-       {IS_COLD_MARKED} AS cold_marked,
-       NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync
+       {IS_LLM} AS is_llm, {ERRORED} AS errored, {THROTTLED} AS throttled,
+       toInt64({TOKENS}) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
+       is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync
 FROM {table}
-PREWHERE {MAYBE_LLM}
-WHERE {_IN_WINDOWS} AND {IS_LLM}
+PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED}
+WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0)
 """
 
 
@@ -140,5 +151,6 @@ def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.
 
 
 def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """LLM spans (:data:`LLM_SPANS_SCHEMA`), duplicates included (one row per ``span_key`` wanted)."""
+    """LLM spans and the other spans carrying tokens or a resend count (:data:`LLM_SPANS_SCHEMA`),
+    duplicates included (one row per ``span_key`` wanted)."""
     return _fetch(store, llm_spans_sql(store.table(TRACES_TABLE)), windows, conventions, LLM_SPANS_SCHEMA)

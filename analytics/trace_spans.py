@@ -6,7 +6,11 @@ whole table (``otel_traces`` is ordered by service, span name and time, not by t
 them touches nearly every granule, so reading the union once costs about what reading either
 costs. One query serves both; each metric keeps the rows and columns it needs.
 
-Duplicates of a span (same TraceId, SpanId) collapse in the ``GROUP BY``.
+Duplicates of a span (same TraceId, SpanId) collapse in the ``GROUP BY``. The pass reads no attribute
+map: decompressing ``SpanAttributes`` for every granule cost a quarter of it. The few attributes the
+metrics need (LLM class, provider, model, tokens, resend count) come from the LLM-span read
+(:func:`analytics.llm_spans.fetch_llm_spans`, which covers every span carrying one of them) through
+:func:`with_span_attributes`.
 """
 
 from __future__ import annotations
@@ -17,26 +21,22 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import (
-    IS_HOT_ROOT,
-    IS_LLM,
-    IS_STRUCTURE,
-    IS_WORKFLOW,
-    KIND,
-    MAYBE_WORKFLOW,
-    MODEL,
-    PROVIDER,
-    RESEND,
-    TOKENS,
-    Conventions,
-)
+from analytics.conventions import IS_HOT_ROOT, IS_WORKFLOW, KIND, MAYBE_WORKFLOW, Conventions
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
-__all__ = ["TRACE_SPANS_SCHEMA", "fetch_trace_spans", "trace_spans_sql"]
+__all__ = [
+    "TRACE_SPANS_SCHEMA",
+    "TRACE_SPAN_ROWS_SCHEMA",
+    "fetch_trace_spans",
+    "trace_spans_sql",
+    "with_span_attributes",
+]
 
-TRACE_SPANS_SCHEMA: dict[str, Any] = {
+# What the pass reads: the structure of each span.
+TRACE_SPAN_ROWS_SCHEMA: dict[str, Any] = {
     "trace_key": pl.UInt64,  # cityHash64(TraceId), the key the requests and workflows carry
+    "span_key": pl.UInt64,  # cityHash64(TraceId, SpanId), the key of the LLM-span read
     "trace_id": pl.String,
     "span_id": pl.String,
     "parent_id": pl.String,
@@ -44,8 +44,12 @@ TRACE_SPANS_SCHEMA: dict[str, Any] = {
     "kind": pl.String,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
+}
+
+# What the metrics read: the structure plus the attributes of :func:`with_span_attributes`.
+TRACE_SPANS_SCHEMA: dict[str, Any] = {
+    **TRACE_SPAN_ROWS_SCHEMA,
     "is_llm": pl.Boolean,
-    "is_structure": pl.Boolean,
     "provider": pl.String,
     "model": pl.String,
     "tokens": pl.Int64,
@@ -91,13 +95,10 @@ def trace_spans_sql(table: str, by_keys: bool) -> str:
     """
     selection = _BY_KEYS if by_keys else _by_floors(table)
     return f"""
-SELECT cityHash64(any(TraceId)) AS trace_key, any(TraceId) AS trace_id, any(SpanId) AS span_id,
-       any(ParentSpanId) AS parent_id, any(SpanName) AS name,
-       any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
-       max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns,
-       max({IS_LLM}) AS is_llm, max({IS_STRUCTURE}) AS is_structure,
-       any({PROVIDER}) AS provider, any({MODEL}) AS model,
-       toInt64(any({TOKENS})) AS tokens, toInt64(any({RESEND})) AS resend
+SELECT cityHash64(any(TraceId)) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
+       any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id,
+       any(SpanName) AS name, any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
+       max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns
 FROM {table}
 -- The IN subquery builds a hash set once; as PREWHERE, only the id column is read for spans of
 -- other traces.
@@ -130,7 +131,8 @@ def fetch_trace_spans(
     by_keys: bool | None = None,
 ) -> pl.DataFrame:
     """Spans of the tail traces (``tails``, see :func:`analytics.attribution.tail_traces`) and of the
-    workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`).
+    workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`), in
+    :data:`TRACE_SPAN_ROWS_SCHEMA` (attributes follow with :func:`with_span_attributes`).
 
     The embedded engine gets the trace keys as a parameter; a server store (``by_keys`` False) has
     the query choose them again from the tails' duration floors, where ties at a floor may add
@@ -140,7 +142,7 @@ def fetch_trace_spans(
     keys = tails["trace_key"].unique().to_list()
     keys += workflows["trace_key"].to_list() if workflows is not None else []
     if not keys:
-        return empty(TRACE_SPANS_SCHEMA)
+        return empty(TRACE_SPAN_ROWS_SCHEMA)
     params: dict[str, Any] = {
         **conventions.sql_parameters(),
         "lo": min(windows.start, windows.baseline_start),
@@ -163,5 +165,29 @@ def fetch_trace_spans(
         }
     frame = normalize(store.query_polars(trace_spans_sql(store.table(TRACES_TABLE), by_keys), params))
     if frame.is_empty():
-        return empty(TRACE_SPANS_SCHEMA)
-    return frame.cast(pl.Schema(TRACE_SPANS_SCHEMA)).select(list(TRACE_SPANS_SCHEMA))
+        return empty(TRACE_SPAN_ROWS_SCHEMA)
+    return frame.cast(pl.Schema(TRACE_SPAN_ROWS_SCHEMA)).select(list(TRACE_SPAN_ROWS_SCHEMA))
+
+
+def with_span_attributes(rows: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:
+    """:data:`TRACE_SPANS_SCHEMA`: the trace spans of :func:`fetch_trace_spans` with their LLM class,
+    provider, model, tokens and resend count from :func:`analytics.llm_spans.fetch_llm_spans` (one
+    row per span, read over the same windows and margin). A span that read did not return carries
+    none of those attributes: not an LLM span, no tokens, no resend count. Pure."""
+    attributes = llm_spans.select(
+        "span_key",
+        "is_llm",
+        pl.col("provider").cast(pl.String),
+        pl.col("model").cast(pl.String),
+        "tokens",
+        "resend",
+    )
+    return (
+        rows.join(attributes, on="span_key", how="left")
+        .with_columns(
+            pl.col("is_llm").fill_null(False),
+            pl.col("provider", "model").fill_null(""),
+            pl.col("tokens", "resend").fill_null(0),
+        )
+        .select(list(TRACE_SPANS_SCHEMA))
+    )
