@@ -174,7 +174,8 @@ def with_span_attributes(rows: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.Data
     provider, model, tokens and resend count from :func:`analytics.llm_spans.fetch_llm_spans` (one
     row per span, read over the same windows and margin). A span that read did not return carries
     none of those attributes: not an LLM span, no tokens, no resend count. Pure."""
-    attributes = llm_spans.select(
+    # Narrowed to these spans first: a hash join against every LLM span costs three times more.
+    attributes = llm_spans.filter(pl.col("span_key").is_in(rows["span_key"].implode())).select(
         "span_key",
         "is_llm",
         pl.col("provider").cast(pl.String),
