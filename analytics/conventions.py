@@ -239,7 +239,6 @@ IS_LLM = (
     f"OR ({OP} = {{cv_remote_agent:String}} AND {KIND} = 'Client') "
     f"OR ({OP} = '' AND {PROVIDER} != ''))"
 )
-IS_STRUCTURE = f"({OP} IN {{cv_structure_ops:Array(String)}} AND NOT {IS_LLM})"
 IS_WORKFLOW = f"({OP} IN {{cv_workflow_ops:Array(String)}})"
 WORKFLOW_NAME = (
     f"multiIf({_span('cv_wf_attr0')} != '', {_span('cv_wf_attr0')}, "
