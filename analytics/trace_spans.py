@@ -6,9 +6,10 @@ whole table (``otel_traces`` is ordered by service, span name and time, not by t
 them touches nearly every granule, so reading the union once costs about what reading either
 costs. One query serves both; each metric keeps the rows and columns it needs.
 
-Duplicates of a span (same TraceId, SpanId) collapse in the ``GROUP BY``. The pass reads no attribute
-map: decompressing ``SpanAttributes`` for every granule cost a quarter of it. The few attributes the
-metrics need (LLM class, provider, model, tokens, resend count) come from the LLM-span read
+Duplicates of a span (same TraceId, SpanId) are dropped in Polars, the first row of each, so the
+store moves on to its next query meanwhile. The pass reads no attribute map: decompressing
+``SpanAttributes`` for every granule cost a quarter of it. The few attributes the metrics need (LLM
+class, provider, model, tokens, resend count) come from the LLM-span read
 (:func:`analytics.llm_spans.fetch_llm_spans`, which covers every span carrying one of them) through
 :func:`with_span_attributes`.
 """
@@ -57,9 +58,6 @@ TRACE_SPANS_SCHEMA: dict[str, Any] = {
 }
 
 
-_BY_KEYS = "SELECT arrayJoin({keys:Array(UInt64)})"
-
-
 def _by_floors(table: str) -> str:
     return f"""
     SELECT key FROM (
@@ -85,26 +83,25 @@ def _by_floors(table: str) -> str:
 """
 
 
-def trace_spans_sql(table: str, by_keys: bool) -> str:
-    """Spans of the chosen traces. ``by_keys``: the traces whose ``cityHash64(TraceId)`` is in
-    ``{keys}``. Otherwise the query chooses them itself: the hot-path requests at or above their
+def trace_spans_sql(table: str, key_set: str | None) -> str:
+    """Spans of the chosen traces. With ``key_set`` (a table made by
+    :meth:`collectors.store.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
+    Otherwise the query chooses them itself: the hot-path requests at or above their
     (service, operation, window)'s duration floor and, with ``{workflows}``, the traces with a
     workflow span in the current window — a list of every workflow trace of a day would exceed what
     a ClickHouse server accepts as a query parameter, and re-reading the roots costs more than
-    passing the list to the embedded engine.
+    handing the keys to the embedded engine.
     """
-    selection = _BY_KEYS if by_keys else _by_floors(table)
+    selection = key_set if key_set is not None else f"({_by_floors(table)})"
     return f"""
-SELECT cityHash64(any(TraceId)) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
-       any(TraceId) AS trace_id, any(SpanId) AS span_id, any(ParentSpanId) AS parent_id,
-       any(SpanName) AS name, any({KIND}) AS kind, min(toUnixTimestamp64Nano(Timestamp)) AS start_ns,
-       max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS end_ns
+SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
+       TraceId AS trace_id, SpanId AS span_id, ParentSpanId AS parent_id, SpanName AS name,
+       {KIND} AS kind, toUnixTimestamp64Nano(Timestamp) AS start_ns,
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
 FROM {table}
--- The IN subquery builds a hash set once; as PREWHERE, only the id column is read for spans of
--- other traces.
-PREWHERE cityHash64(TraceId) IN ({selection})
+-- The IN set is built once; as PREWHERE, only the id column is read for spans of other traces.
+PREWHERE cityHash64(TraceId) IN {selection}
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
-GROUP BY cityHash64(TraceId, SpanId)
 """
 
 
@@ -134,22 +131,26 @@ def fetch_trace_spans(
     workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`), in
     :data:`TRACE_SPAN_ROWS_SCHEMA` (attributes follow with :func:`with_span_attributes`).
 
-    The embedded engine gets the trace keys as a parameter; a server store (``by_keys`` False) has
-    the query choose them again from the tails' duration floors, where ties at a floor may add
-    traces — callers keep theirs by ``trace_key``.
+    The embedded engine gets the trace keys as a temporary set table
+    (:meth:`collectors.store.Store.key_set`); a server store (``by_keys`` False) has the query choose
+    them again from the tails' duration floors, where ties at a floor may add traces — callers keep
+    theirs by ``trace_key``.
     """
     by_keys = store.embedded if by_keys is None else by_keys
-    keys = tails["trace_key"].unique().to_list()
-    keys += workflows["trace_key"].to_list() if workflows is not None else []
-    if not keys:
+    keys = tails["trace_key"].unique()
+    if workflows is not None:
+        keys = pl.concat([keys, workflows["trace_key"].cast(pl.UInt64)])
+    if keys.is_empty():
         return empty(TRACE_SPAN_ROWS_SCHEMA)
     params: dict[str, Any] = {
         **conventions.sql_parameters(),
         "lo": min(windows.start, windows.baseline_start),
         "hi": max(windows.end, windows.baseline_end) + conventions.trace_margin,
     }
+    table = store.table(TRACES_TABLE)
     if by_keys:
-        params["keys"] = keys
+        with store.key_set(keys) as key_set:
+            frame = store.query_polars(trace_spans_sql(table, key_set), params)
     else:
         cur_services, cur_ops, cur_floor = _floors(tails, "current")
         base_services, base_ops, base_floor = _floors(tails, "baseline")
@@ -163,10 +164,17 @@ def fetch_trace_spans(
             "base_floor": base_floor,
             "workflows": workflows is not None and workflows.height > 0,
         }
-    frame = normalize(store.query_polars(trace_spans_sql(store.table(TRACES_TABLE), by_keys), params))
+        frame = store.query_polars(trace_spans_sql(table, None), params)
     if frame.is_empty():
         return empty(TRACE_SPAN_ROWS_SCHEMA)
-    return frame.cast(pl.Schema(TRACE_SPAN_ROWS_SCHEMA)).select(list(TRACE_SPAN_ROWS_SCHEMA))
+    # Duplicates of a span (client retries resend identical spans) count once: the first row of each
+    # span_key, dropped here rather than by a GROUP BY on the store's side.
+    return (
+        normalize(frame)
+        .filter(pl.col("span_key").is_first_distinct())
+        .cast(pl.Schema(TRACE_SPAN_ROWS_SCHEMA))
+        .select(list(TRACE_SPAN_ROWS_SCHEMA))
+    )
 
 
 def with_span_attributes(rows: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:

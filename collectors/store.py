@@ -15,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -226,6 +227,30 @@ class Store:
             return
         with self._guard(f"INSERT INTO {table}"):
             self.client.insert_arrow(table, data, database=self.database, settings=settings)
+
+    @contextmanager
+    def key_set(self, keys: pl.Series) -> Iterator[str]:
+        """A temporary ``Set`` table of the 64-bit ``keys``, for ``expr IN <name>`` in the queries run
+        inside the block; dropped when the block ends. Embedded stores only.
+
+        A large set as a query parameter costs far more than the query using it: a 100k-key array
+        takes about 0.3 s to pass, the same keys sent as RowBinary into a Set table about 0.03 s.
+        The table lives in the client's session (not in the database), so it is never seen by other
+        processes and disappears with the session if the block is never left.
+        """
+        if not self.embedded:
+            raise StoreError("key_set() needs the embedded store: a server session may not be sticky")
+        name = f"tailwatch_keys_{uuid.uuid4().hex}"
+        # RowBinary of one UInt64 column is the values' little-endian bytes, back to back.
+        data = keys.cast(pl.UInt64).to_numpy().astype("<u8", copy=False).tobytes()
+        self.command(f"CREATE TEMPORARY TABLE {name} (key UInt64) ENGINE = Set SETTINGS persistent = 0")
+        try:
+            if data:
+                with self._guard(f"INSERT INTO {name}"):
+                    self.client.raw_insert(name, ["key"], data, fmt="RowBinary")
+            yield name
+        finally:
+            self.command(f"DROP TEMPORARY TABLE IF EXISTS {name}")
 
     def table_exists(self, name: str) -> bool:
         return bool(

@@ -5,6 +5,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from collectors.errors import StoreError
@@ -77,3 +78,29 @@ def test_closed_store_refuses_queries(store_dsn: str) -> None:
     s.close()
     with pytest.raises(StoreError, match="closed"):
         s.query_value("SELECT 1")
+
+
+def test_key_set_holds_the_keys_for_in_and_is_dropped_after(store: Store) -> None:
+    # Keys across the whole UInt64 range (64-bit hashes use the top bit), with a duplicate.
+    keys = pl.Series([0, 1, 2**63, 2**64 - 1, 12345678901234567890, 1], dtype=pl.UInt64)
+    probe = [0, 1, 2, 2**63, 2**63 + 1, 2**64 - 1, 12345678901234567890]
+    with store.key_set(keys) as name:
+        found = store.query_rows(
+            f"SELECT x FROM (SELECT arrayJoin({{probe:Array(UInt64)}}) AS x) WHERE x IN {name} ORDER BY x",
+            {"probe": probe},
+        )
+        assert [x for (x,) in found] == [0, 1, 2**63, 12345678901234567890, 2**64 - 1]
+        assert store.query_value(f"EXISTS TEMPORARY TABLE {name}") == 1
+    assert store.query_value(f"EXISTS TEMPORARY TABLE {name}") == 0
+    # An empty set matches nothing, and an error inside the block still drops the table.
+    names: list[str] = []
+
+    def fail_inside() -> None:
+        with store.key_set(pl.Series([], dtype=pl.UInt64)) as empty_name:
+            names.append(empty_name)
+            assert store.query_value(f"SELECT count() FROM numbers(10) WHERE number IN {empty_name}") == 0
+            raise RuntimeError("inside the block")
+
+    with pytest.raises(RuntimeError, match="inside the block"):
+        fail_inside()
+    assert store.query_value(f"EXISTS TEMPORARY TABLE {names[0]}") == 0
