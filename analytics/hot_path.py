@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
@@ -98,19 +99,14 @@ def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
 def with_sync_llm_calls(requests: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:
     """``sync_llm_calls`` per request: the LLM spans on its trace's request path (from
     :func:`analytics.llm_spans.fetch_llm_spans`, one row per span). Pure."""
-    # Lazily: the query engine counts and joins in about two thirds of the eager time.
-    calls = (
-        llm_spans.lazy()
-        .filter(pl.col("sync"))
-        .group_by("trace_key")
-        .agg(pl.len().cast(pl.Int64).alias("calls"))
-    )
-    return (
-        requests.lazy()
-        .join(calls, on="trace_key", how="left", maintain_order="left")
-        .with_columns(pl.col("calls").fill_null(0).alias("sync_llm_calls"))
-        .select(list(REQUESTS_SCHEMA))
-        .collect()
+    # Each sync call finds its request rows by one join on the trace key, and the calls per row are a
+    # bincount of those row numbers: half the time of grouping the calls by trace and joining the
+    # counts back. A trace in both windows (overlapping windows) has a row in each; both count.
+    rows = requests.select("trace_key").with_row_index("row")
+    hits = rows.join(llm_spans.filter(pl.col("sync")).select("trace_key"), on="trace_key", how="inner")
+    calls = np.bincount(hits["row"].to_numpy(), minlength=requests.height)
+    return requests.with_columns(pl.Series("sync_llm_calls", calls, dtype=pl.Int64)).select(
+        list(REQUESTS_SCHEMA)
     )
 
 
