@@ -301,6 +301,21 @@ class Analysis:
         )
 
 
+def _attribution(
+    requests: pl.DataFrame, tails: pl.DataFrame, trace_spans: pl.DataFrame, conv: Conventions
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Attribution frames and the LLM causes, from the tail traces' spans."""
+    tail_spans_ = tail_spans(trace_spans)
+    # The tail traces get their ids back from their spans.
+    ids = tail_spans_.select("trace_key", "trace_id").unique()
+    tails_with_ids = tails.join(ids, on="trace_key", how="inner")
+    path = critical_path(
+        tail_spans_.join(tails_with_ids.select("trace_key").unique(), on="trace_key", how="semi")
+    )
+    attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
+    return attribution, attribution_spans, llm_causes(attribution, attribution_spans)
+
+
 def analyze(
     store: Store,
     start: datetime,
@@ -318,6 +333,7 @@ def analyze(
     # does the Polars work on what has arrived, so the two overlap and the store never waits for
     # Python between queries. On an error the queries not yet started are cancelled.
     sql = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql")
+    walk = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-walk")
     try:
         roots_f = sql.submit(fetch_roots, store, windows, conv)
         llm_spans_f = sql.submit(fetch_llm_spans, store, windows, conv)
@@ -355,22 +371,17 @@ def analyze(
         # The trace walks take the few attributes they need from the LLM-span read.
         trace_spans = with_span_attributes(trace_spans_f.result(), llm_spans)
         del llm_spans
-        tail_spans_ = tail_spans(trace_spans)
-        # The tail traces get their ids back from their spans.
-        ids = tail_spans_.select("trace_key", "trace_id").unique()
-        tails_with_ids = tails.join(ids, on="trace_key", how="inner")
-        path = critical_path(
-            tail_spans_.join(tails_with_ids.select("trace_key").unique(), on="trace_key", how="semi")
-        )
-        attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
-        causes = llm_causes(attribution, attribution_spans)
-
+        # The critical-path walk is Python (it holds the interpreter) and the retry metrics are Polars
+        # (they release it): run side by side, they keep both cores busy once the store is idle.
+        walk_f = walk.submit(_attribution, requests, tails, trace_spans, conv)
         hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows_f.result(), windows, conv))
         release_rows = releases(requests, release_times_f.result(), conv)
+        attribution, attribution_spans, causes = walk_f.result()
         jobs = jobs_f.result()
         signals = llm_signals(causes, signal_counts)
     finally:
         sql.shutdown(wait=True, cancel_futures=True)
+        walk.shutdown(wait=True, cancel_futures=True)
 
     frames: dict[str, pl.DataFrame] = dict(
         hot_path=hot,

@@ -1,4 +1,4 @@
-"""Cold path: enqueue-to-ready per queued job (SQL join of producers and consumers), then per-queue
+"""Cold path: enqueue-to-ready per queued job (producer and consumer spans joined by job), then per-queue
 percentiles, the starvation verdict, a time series and the CDF (Polars).
 
 A job is a Producer span (the enqueue; queue = ``messaging.destination.name`` or the span name)
@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_COLD_MARKED, KIND, QUEUE, Conventions
+from analytics.conventions import IS_COLD_MARKED, KIND, MAYBE_MARKED_COLD, QUEUE, Conventions
 from analytics.stats import percentile_exprs
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
@@ -28,10 +28,13 @@ __all__ = [
     "COLD_PATH_SCHEMA",
     "COLD_PATH_SERIES_SCHEMA",
     "JOBS_SCHEMA",
+    "JOB_SPANS_SCHEMA",
     "cold_path_cdf",
     "cold_path_series",
     "cold_path_summary",
     "fetch_jobs",
+    "jobs_from_raw",
+    "jobs_from_spans",
     "jobs_sql",
 ]
 
@@ -77,50 +80,85 @@ COLD_PATH_CDF_SCHEMA: dict[str, Any] = {
 }
 
 
+# Role of a span in a job: the enqueue, the processing (one row per job it serves), or both at once
+# (a root marked cold that is neither: ready when it ends, no queue wait).
+_PRODUCER, _CONSUMER, _STANDALONE = 0, 1, 2
+
+JOB_SPANS_SCHEMA: dict[str, Any] = {
+    "role": pl.UInt8,
+    "job_key": pl.UInt64,  # cityHash64(TraceId, SpanId) of the producer (or standalone span)
+    "queue": pl.String,  # empty for consumers
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+
+
 def jobs_sql(table: str) -> str:
-    """One row per job enqueued in [s, e); consumer columns are NULL for pending jobs."""
-    window = "Timestamp >= {s:DateTime64(9)} AND Timestamp < {e:DateTime64(9)}"
+    """Producer and consumer spans and standalone cold roots started in [s, e), one row per (span,
+    job): a consumer names its producer by a span link, or by its parent for a single message.
+
+    One scan of the kind column; the producer–consumer join is done in Polars
+    (:func:`jobs_from_spans`) on these few rows — in SQL, three scans and a hash join cost about
+    twice as much."""
     return f"""
-WITH
-producers AS (
-    SELECT cityHash64(TraceId, SpanId) AS job_key, any({QUEUE}) AS queue,
-           min(toUnixTimestamp64Nano(Timestamp)) AS enqueued_ns
-    FROM {table}
-    WHERE {window} AND {KIND} = 'Producer'
-    GROUP BY job_key
-),
-consumers AS (
-    -- min/max are idempotent, so duplicate consumer spans need no separate dedup.
-    SELECT cityHash64(link.1, link.2) AS job_key,
-           min(toUnixTimestamp64Nano(Timestamp)) AS started_ns,
-           max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS ended_ns
-    FROM {table}
-    ARRAY JOIN if(notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
-                  [(TraceId, ParentSpanId)]) AS link
-    WHERE {window} AND {KIND} = 'Consumer'
-    GROUP BY job_key
-),
-standalone AS (
-    SELECT any({QUEUE}) AS queue, min(toUnixTimestamp64Nano(Timestamp)) AS enqueued_ns,
-           min(toUnixTimestamp64Nano(Timestamp)) AS started_ns,
-           max(toUnixTimestamp64Nano(Timestamp) + toInt64(Duration)) AS ended_ns
-    FROM {table}
-    WHERE {window} AND ParentSpanId = '' AND {KIND} NOT IN ('Producer', 'Consumer') AND {IS_COLD_MARKED}
-    GROUP BY cityHash64(TraceId, SpanId)
-)
-SELECT queue, enqueued_ns, started_ns, ended_ns
-FROM producers LEFT JOIN consumers USING (job_key)
-UNION ALL
-SELECT queue, enqueued_ns, started_ns, ended_ns FROM standalone
+SELECT multiIf({KIND} = 'Producer', {_PRODUCER}, {KIND} = 'Consumer', {_CONSUMER}, {_STANDALONE}) AS role,
+       cityHash64(link.1, link.2) AS job_key, if(role = {_CONSUMER}, '', {QUEUE}) AS queue,
+       toUnixTimestamp64Nano(Timestamp) AS start_ns,
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
+FROM {table}
+ARRAY JOIN multiIf({KIND} != 'Consumer', [(TraceId, SpanId)],
+                   notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
+                   [(TraceId, ParentSpanId)]) AS link
+PREWHERE {KIND} IN ('Producer', 'Consumer') OR (ParentSpanId = '' AND {MAYBE_MARKED_COLD})
+WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}
+  AND ({KIND} IN ('Producer', 'Consumer') OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
 """
 
 
 def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """One row per job enqueued in [start, end) (:data:`JOBS_SCHEMA`)."""
     params = {**conventions.sql_parameters(), "s": windows.start, "e": windows.end}
-    frame = normalize(
-        store.query_polars(jobs_sql(store.table(TRACES_TABLE)), params, settings={"join_use_nulls": 1})
+    frame = store.query_polars(jobs_sql(store.table(TRACES_TABLE)), params)
+    return jobs_from_raw(jobs_from_spans(normalize(frame)))
+
+
+def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
+    """Job spans (:data:`JOB_SPANS_SCHEMA`) → one row per job: ``queue``, ``enqueued_ns``, and
+    ``started_ns``/``ended_ns`` (null while no consumer started). Duplicate spans change nothing:
+    every column is a first, min or max per job. Pure."""
+    empty_raw = pl.DataFrame(
+        schema={"queue": pl.String, "enqueued_ns": pl.Int64, "started_ns": pl.Int64, "ended_ns": pl.Int64}
     )
-    return jobs_from_raw(frame)
+    if spans.is_empty():
+        return empty_raw
+    spans = spans.cast(pl.Schema(JOB_SPANS_SCHEMA))
+    role = pl.col("role")
+    producers = (
+        spans.filter(role == _PRODUCER)
+        .group_by("job_key")
+        .agg(pl.col("queue").first(), pl.col("start_ns").min().alias("enqueued_ns"))
+    )
+    consumers = (
+        spans.filter(role == _CONSUMER)
+        .group_by("job_key")
+        .agg(pl.col("start_ns").min().alias("started_ns"), pl.col("end_ns").max().alias("ended_ns"))
+    )
+    standalone = (
+        spans.filter(role == _STANDALONE)
+        .group_by("job_key")
+        .agg(
+            pl.col("queue").first(),
+            pl.col("start_ns").min().alias("enqueued_ns"),
+            pl.col("start_ns").min().alias("started_ns"),
+            pl.col("end_ns").max().alias("ended_ns"),
+        )
+    )
+    return pl.concat(
+        [
+            producers.join(consumers, on="job_key", how="left").select(empty_raw.columns),
+            standalone.select(empty_raw.columns),
+        ]
+    ).cast(pl.Schema(empty_raw.schema))
 
 
 def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:

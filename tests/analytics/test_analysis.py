@@ -138,6 +138,46 @@ def test_cold_path_starved_and_healthy_queue(store: Store) -> None:
     assert series["jobs"].sum() == 505 and series["pending"].sum() == 5
 
 
+def test_cold_marked_roots_are_jobs_of_their_own(store: Store) -> None:
+    scenario = scenario_cold_queues(jobs=20)
+    t0 = scenario.start + timedelta(minutes=1)
+    t0_ns = int(t0.timestamp()) * 1_000_000_000
+    marked = [
+        # Marked by a span attribute, by a resource attribute (named by its queue attribute or not).
+        SpanRow(
+            "c1" * 16, "d1" * 8, "nightly export", t0_ns, 4 * 10**9, attributes={"tailwatch.path": "cold"}
+        ),
+        SpanRow(
+            "c2" * 16,
+            "d2" * 8,
+            "reindex",
+            t0_ns,
+            6 * 10**9,
+            resource_attributes={"tailwatch.path": "cold"},
+            attributes={"messaging.destination.name": "search-index"},
+        ),
+        # Not marked, or not a root: no job.
+        SpanRow("c3" * 16, "d3" * 8, "cron tick", t0_ns, 10**9),
+        SpanRow(
+            "c4" * 16,
+            "d4" * 8,
+            "step",
+            t0_ns,
+            10**9,
+            parent_span_id="e4" * 8,
+            attributes={"tailwatch.path": "cold"},
+        ),
+    ]
+    insert_spans(store, scenario.spans + marked)
+    insert_spans(store, marked)  # sent twice
+    cold = analyze(store, scenario.start, scenario.end).cold_path
+    own = {row["queue"]: row for row in cold.iter_rows(named=True)}
+    assert set(own) == {"doc-summaries", "emails", "nightly export", "search-index"}
+    assert (own["nightly export"]["jobs"], own["nightly export"]["p50_s"]) == (1, pytest.approx(4.0))
+    assert (own["search-index"]["jobs"], own["search-index"]["p50_s"]) == (1, pytest.approx(6.0))
+    assert own["search-index"]["queue_wait_p99_s"] == 0.0
+
+
 def test_abandonment_cliff_at_2000_ms(store: Store) -> None:
     scenario = scenario_abandonment_cliff()
     insert_spans(store, scenario.spans)

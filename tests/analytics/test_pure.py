@@ -11,7 +11,7 @@ import pytest
 from analytics import Conventions
 from analytics.abandonment import abandonment, abandonment_summary, cliff
 from analytics.attribution import attribute, critical_path, llm_causes, tail_traces
-from analytics.cold_path import cold_path_cdf, cold_path_summary, jobs_from_raw
+from analytics.cold_path import cold_path_cdf, cold_path_summary, jobs_from_raw, jobs_from_spans
 from analytics.releases import release_coupling
 from analytics.retries import retry_metrics
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman, wilson_interval
@@ -178,6 +178,28 @@ def test_cold_path_on_a_tiny_frame() -> None:
     assert summary["starved"] is True
     cdf = cold_path_cdf(jobs, 200)
     assert cdf["cdf"].to_list() == pytest.approx([1 / 3, 2 / 3, 1.0])
+
+
+def test_jobs_from_spans_joins_producers_and_consumers_and_ignores_duplicates() -> None:
+    s = 1_000_000_000
+    # (role, job_key, queue, start_ns, end_ns): 0 producer, 1 consumer, 2 standalone cold root.
+    rows = [
+        (0, 1, "q", 0, 1),
+        (0, 1, "q", 0, 1),  # the producer of job 1 sent twice
+        (1, 1, "", 2 * s, 5 * s),  # two consumers of job 1 (a batch split in two)
+        (1, 1, "", 3 * s, 9 * s),
+        (1, 1, "", 3 * s, 9 * s),  # … one of them duplicated
+        (0, 2, "q", 10 * s, 10 * s + 1),  # job 2: never consumed (pending)
+        (1, 3, "", 4 * s, 6 * s),  # a consumer whose producer is outside the window: no job
+        (2, 4, "batch", 20 * s, 26 * s),  # a standalone cold root
+    ]
+    spans = pl.DataFrame(rows, schema=["role", "job_key", "queue", "start_ns", "end_ns"], orient="row")
+    jobs = jobs_from_raw(jobs_from_spans(spans)).sort("enqueued")
+    assert jobs["queue"].to_list() == ["q", "q", "batch"]
+    assert jobs["queue_wait_s"].to_list() == [2.0, None, 0.0]
+    assert jobs["enqueue_to_ready_s"].to_list() == [9.0, None, 6.0]
+    assert jobs["processing_s"].to_list() == [7.0, None, 6.0]
+    assert jobs_from_spans(spans.clear()).is_empty()
 
 
 def test_retry_metrics_on_a_tiny_frame() -> None:
