@@ -95,19 +95,16 @@ _IN_WINDOWS = (
 
 def roots_sql(table: str) -> str:
     """Hot-path roots started in either window or its margin, one row per root span."""
-    columns = f"""
+    # IS_HOT_ROOT with the mark read only where it can match: PREWHERE keeps roots of a hot kind and
+    # roots whose maps carry the mark's key, and the WHERE's OR looks the mark up only for the
+    # latter (one scan of the parent ids; two SELECTs, one per kind of root, read them twice).
+    return f"""
 SELECT cityHash64(TraceId) AS trace_key, toLowCardinality(ServiceName) AS service,
        toLowCardinality(SpanName) AS operation, toLowCardinality({VERSION}) AS version,
        Timestamp AS start, Duration / 1e6 AS duration_ms, {ABANDONED} AS abandoned
-FROM {table}"""
-    # IS_HOT_ROOT as two reads: roots of a hot kind, then the other roots marked hot (their maps read
-    # only where the mark's key is present).
-    return f"""{columns}
-PREWHERE ParentSpanId = '' AND {KIND} IN {{cv_hot_kinds:Array(String)}}
-WHERE {_IN_WINDOWS}
-UNION ALL{columns}
-PREWHERE ParentSpanId = '' AND {KIND} NOT IN {{cv_hot_kinds:Array(String)}} AND {MAYBE_MARKED_HOT}
-WHERE {_IN_WINDOWS} AND {PATH} = {{cv_hot:String}}
+FROM {table}
+PREWHERE ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {MAYBE_MARKED_HOT})
+WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}})
 """
 
 
