@@ -65,9 +65,9 @@ from analytics.releases import (
 from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
     RETRY_HOPS_SCHEMA,
-    fetch_workflows,
     retry_metrics,
     workflow_spans,
+    workflows_from_spans,
 )
 from analytics.rollups import coverage, long_window_hot_path
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
@@ -337,7 +337,9 @@ def analyze(
     try:
         roots_f = sql.submit(fetch_roots, store, windows, conv)
         llm_spans_f = sql.submit(fetch_llm_spans, store, windows, conv)
-        workflows_f = sql.submit(fetch_workflows, store, windows, conv)
+        # The workflow spans come with the LLM-span read; the store's thread picks them out (a few
+        # ms) so that the trace-spans query queued after it starts at once.
+        workflows_f = sql.submit(lambda: workflows_from_spans(llm_spans_f.result(), windows))
         # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once
         # (a first-occurrence mask: half the CPU of unique(), and the row order is kept).
         roots = roots_f.result().filter(pl.col("trace_key").is_first_distinct())

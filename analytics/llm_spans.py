@@ -5,10 +5,12 @@ The requests need every hot-path root and, per trace, its synchronous LLM calls;
 every LLM span with its error, 429 and retry marks and whether its trace is a hot-path request; the
 critical path and the retry metrics need the LLM class, provider, model, tokens and resend count of
 the spans they walk. The LLM-span read therefore also returns the other spans that carry tokens or a
-resend count (``is_llm`` false). Both reads happen once each, as narrow rows with 64-bit keys, and
-the metric code groups them in Polars
+resend count (``is_llm`` false), and the workflow spans the retry metrics start from (their keys
+are read by the same scan; a separate query cost a fifth of this one). Both reads happen once each,
+as narrow rows with 64-bit keys, and the metric code groups them in Polars
 (:func:`analytics.hot_path.with_sync_llm_calls`, :func:`analytics.attribution.llm_signal_counts`,
-:func:`analytics.trace_spans.with_span_attributes`): a GROUP BY
+:func:`analytics.trace_spans.with_span_attributes`, :func:`analytics.retries.workflows_from_spans`):
+a GROUP BY
 per trace in ClickHouse plus a second pass over the LLM spans for the signals cost about twice as
 much as these two reads.
 
@@ -33,10 +35,12 @@ from analytics.conventions import (
     IS_COLD_MARKED,
     IS_HOT_ROOT,
     IS_LLM,
+    IS_WORKFLOW,
     KIND,
     MAYBE_COUNTED,
     MAYBE_LLM,
     MAYBE_MARKED_HOT,
+    MAYBE_WORKFLOW,
     MODEL,
     PATH,
     PROVIDER,
@@ -44,6 +48,7 @@ from analytics.conventions import (
     THROTTLED,
     TOKENS,
     VERSION,
+    WORKFLOW_NAME,
     Conventions,
 )
 from collectors.schema import TRACES_TABLE
@@ -85,6 +90,10 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     # An LLM call on the request path of its trace: not a hot root itself, not marked cold, not a
     # message consumer (queued work parented to its producer is not on the request path).
     "sync": pl.Boolean,
+    # A workflow span (see analytics.retries), with its span id and workflow name ('' otherwise).
+    "is_workflow": pl.Boolean,
+    "workflow_span": pl.String,
+    "workflow": pl.Categorical(),
 }
 
 _IN_WINDOWS = (
@@ -109,8 +118,8 @@ WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{
 
 
 def llm_spans_sql(table: str) -> str:
-    """LLM spans, and other spans carrying tokens or a resend count, started in either window or its
-    margin, one row per span."""
+    """LLM spans, other spans carrying tokens or a resend count, and workflow spans, started in either
+    window or its margin, one row per span."""
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
        cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
@@ -118,10 +127,12 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        toLowCardinality({PROVIDER}) AS provider, toLowCardinality({MODEL}) AS model,
        {IS_LLM} AS is_llm, {ERRORED} AS errored, {THROTTLED} AS throttled,
        toInt64({TOKENS}) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
-       is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync
+       is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync,
+       {IS_WORKFLOW} AS is_workflow, if(is_workflow, SpanId, '') AS workflow_span,
+       toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow
 FROM {table}
-PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED}
-WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0)
+PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW}
+WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow)
 """
 
 
@@ -148,6 +159,6 @@ def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.
 
 
 def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """LLM spans and the other spans carrying tokens or a resend count (:data:`LLM_SPANS_SCHEMA`),
-    duplicates included (one row per ``span_key`` wanted)."""
+    """LLM spans, the other spans carrying tokens or a resend count, and workflow spans
+    (:data:`LLM_SPANS_SCHEMA`), duplicates included (one row per ``span_key`` wanted)."""
     return _fetch(store, llm_spans_sql(store.table(TRACES_TABLE)), windows, conventions, LLM_SPANS_SCHEMA)

@@ -22,9 +22,9 @@ from typing import Any
 
 import polars as pl
 
-from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_WORKFLOW, MAYBE_WORKFLOW, WORKFLOW_NAME, Conventions
-from collectors.schema import TRACES_TABLE
+from analytics._common import Windows, empty
+from analytics.conventions import Conventions
+from analytics.llm_spans import fetch_llm_spans
 from collectors.store import Store
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
     "fetch_workflows",
     "retry_metrics",
     "workflow_spans",
-    "workflows_sql",
+    "workflows_from_spans",
 ]
 
 WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
@@ -78,24 +78,32 @@ WORKFLOWS_SCHEMA: dict[str, Any] = {
 }
 
 
-def workflows_sql(table: str) -> str:
-    """One row per trace whose workflow span (its earliest) started in [s, e)."""
-    return f"""
-SELECT cityHash64(TraceId) AS trace_key, argMin(SpanId, Timestamp) AS wf_span,
-       argMin({WORKFLOW_NAME}, Timestamp) AS workflow
-FROM {table}
-PREWHERE {MAYBE_WORKFLOW}
-WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
-GROUP BY trace_key
-"""
+def workflows_from_spans(llm_spans: pl.DataFrame, windows: Windows) -> pl.DataFrame:
+    """One row per trace whose workflow span (its earliest) started in [start, end)
+    (:data:`WORKFLOWS_SCHEMA`), from the workflow spans of
+    :func:`analytics.llm_spans.fetch_llm_spans` (duplicates change nothing). Pure."""
+    start = pl.col("start_ns")
+    spans = llm_spans.filter(
+        pl.col("is_workflow")
+        & (start >= pl.lit(windows.start).dt.epoch("ns"))
+        & (start < pl.lit(windows.end).dt.epoch("ns"))
+    )
+    if spans.is_empty():
+        return empty(WORKFLOWS_SCHEMA)
+    return (
+        spans.group_by("trace_key")
+        .agg(
+            pl.col("workflow_span").sort_by(start).first().alias("wf_span"),
+            pl.col("workflow").cast(pl.String).sort_by(start).first(),
+        )
+        .cast(pl.Schema(WORKFLOWS_SCHEMA))
+        .select(list(WORKFLOWS_SCHEMA))
+    )
 
 
 def fetch_workflows(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    params = {**conventions.sql_parameters(), "s": windows.start, "e": windows.end}
-    frame = normalize(store.query_polars(workflows_sql(store.table(TRACES_TABLE)), params))
-    if frame.is_empty():
-        return empty(WORKFLOWS_SCHEMA)
-    return frame.cast(pl.Schema(WORKFLOWS_SCHEMA)).select(list(WORKFLOWS_SCHEMA))
+    """:func:`workflows_from_spans` over a read of the store."""
+    return workflows_from_spans(fetch_llm_spans(store, windows, conventions), windows)
 
 
 def workflow_spans(
