@@ -10,6 +10,10 @@ own process (peak RSS is that process's own) on the same store, one at a time:
   (only up to ``--pandas-max`` spans: beyond that it needs more memory than the analysis by far).
 
 Wall time is the best of ``--repeat`` runs of the computation itself (opening the store excluded).
+The engine's query condition cache is switched off in every contender: it remembers which granules a
+filter rejected, so a second identical analysis in the same process skips them (about 20% faster at
+10M spans). A scheduled service gets that gain; the benchmark measures an analysis that has not run
+before.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
     from collectors.store import open_store
 
     with open_store(dsn) as store:
+        store.command("SET use_query_condition_cache = 0")
         if mode == "generate":
             from tailwatch.schema import ensure_all
 
