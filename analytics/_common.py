@@ -11,7 +11,7 @@ import polars as pl
 from analytics.conventions import Conventions
 from collectors.errors import TailwatchError
 
-__all__ = ["AnalysisError", "Windows", "empty", "normalize", "series_every", "utc"]
+__all__ = ["AnalysisError", "Windows", "empty", "first_of_each", "normalize", "series_every", "utc"]
 
 
 class AnalysisError(TailwatchError, ValueError):
@@ -91,6 +91,17 @@ _NICE = (
     timedelta(hours=12),
     timedelta(days=1),
 )
+
+
+def first_of_each(frame: pl.DataFrame, key: str) -> pl.DataFrame:
+    """The first row of each ``key`` value, in the frame's order: duplicates of a span (same TraceId,
+    SpanId) count once. Pure.
+
+    Duplicates are rare, and counting distinct keys runs on every core where the first-occurrence
+    mask runs on one (a quarter of its time at 2.7M rows): the mask is built only when they exist."""
+    if frame.height == 0 or frame[key].n_unique() == frame.height:
+        return frame
+    return frame.filter(pl.col(key).is_first_distinct())
 
 
 def series_every(start: datetime, end: datetime, target: int) -> timedelta:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import polars as pl
 
-from analytics._common import Windows, series_every
+from analytics._common import Windows, first_of_each, series_every
 from analytics.abandonment import (
     ABANDONMENT_SCHEMA,
     ABANDONMENT_SUMMARY_SCHEMA,
@@ -341,8 +341,8 @@ def analyze(
         # ms) so that the trace-spans query queued after it starts at once.
         workflows_f = sql.submit(lambda: workflows_from_spans(llm_spans_f.result(), windows))
         # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once
-        # (a first-occurrence mask: half the CPU of unique(), and the row order is kept).
-        roots = roots_f.result().filter(pl.col("trace_key").is_first_distinct())
+        # (the first row of each key, the row order kept: see first_of_each).
+        roots = first_of_each(roots_f.result(), "trace_key")
         # The tails and release bounds need only the roots: their queries are queued while the LLM
         # spans are still being read; the requests get their synchronous LLM calls after.
         rows = request_rows(roots, windows)
@@ -351,17 +351,18 @@ def analyze(
         trace_spans_f = sql.submit(
             lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
         )
-        # The last queries are small: they run while the traces are walked.
-        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
+        # The last queries are small: they run while the traces are walked. Release times first, so
+        # that the releases are computed while the jobs are read and only the jobs end the run.
         # Each version's first request bounds the search for its first span.
         first_requests = rows.group_by("service", "version").agg(pl.col("start").min())
         release_times_f = sql.submit(
             lambda: fetch_release_times(store, first_requests, windows, conv, coverage(store))
         )
+        jobs_f = sql.submit(fetch_jobs, store, windows, conv)
         buckets = abandonment(rows, conv)
         buckets_summary = abandonment_summary(rows, buckets, conv)
 
-        llm_spans = llm_spans_f.result().filter(pl.col("span_key").is_first_distinct())
+        llm_spans = first_of_each(llm_spans_f.result(), "span_key")
         requests = with_sync_llm_calls(rows, llm_spans)
         signal_counts = llm_signal_counts(llm_spans, roots, windows)
         del rows

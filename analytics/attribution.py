@@ -36,7 +36,7 @@ from typing import Any
 
 import polars as pl
 
-from analytics._common import Windows, empty
+from analytics._common import Windows, empty, first_of_each
 from analytics.conventions import (
     Conventions,
 )
@@ -447,7 +447,7 @@ def fetch_llm_signals(
     if pairs.is_empty():
         return empty(_SIGNAL_COUNTS_SCHEMA)
     counts = llm_signal_counts(
-        fetch_llm_spans(store, windows, conventions).filter(pl.col("span_key").is_first_distinct()),
+        first_of_each(fetch_llm_spans(store, windows, conventions), "span_key"),
         fetch_roots(store, windows, conventions),
         windows,
     )

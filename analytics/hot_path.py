@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from analytics._common import Windows, empty, normalize
+from analytics._common import Windows, empty, first_of_each, normalize
 from analytics.conventions import IS_HOT_ROOT, Conventions
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.stats import percentile_exprs
@@ -112,8 +112,8 @@ def with_sync_llm_calls(requests: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.D
 
 def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
     """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, in two reads."""
-    roots = fetch_roots(store, windows, conventions).filter(pl.col("trace_key").is_first_distinct())
-    llm_spans = fetch_llm_spans(store, windows, conventions).filter(pl.col("span_key").is_first_distinct())
+    roots = first_of_each(fetch_roots(store, windows, conventions), "trace_key")
+    llm_spans = first_of_each(fetch_llm_spans(store, windows, conventions), "span_key")
     return with_sync_llm_calls(request_rows(roots, windows), llm_spans)
 
 

@@ -318,6 +318,10 @@ def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0) -> Stor
             raise StoreError(
                 f"store {location.dsn} could not be opened: {' '.join(message.split())[:300]}"
             ) from None
+        # Arrow results never leave the process: compressing each record batch (LZ4 by default) only
+        # for pyarrow to decompress it again cost a fifth of a large read. A session setting, so
+        # that no query pays clickhouse-connect's per-call SET and restore for it.
+        client.command("SET output_format_arrow_compression_method = 'none'")
         return Store(location, client)
     try:
         client = clickhouse_connect.get_client(

@@ -9,6 +9,7 @@ import polars as pl
 import pytest
 
 from analytics import Conventions
+from analytics._common import first_of_each
 from analytics.abandonment import abandonment, abandonment_summary, cliff
 from analytics.attribution import attribute, critical_path, llm_causes, tail_traces
 from analytics.cold_path import cold_path_cdf, cold_path_summary, jobs_from_raw, jobs_from_spans
@@ -200,6 +201,15 @@ def test_jobs_from_spans_joins_producers_and_consumers_and_ignores_duplicates() 
     assert jobs["enqueue_to_ready_s"].to_list() == [9.0, None, 6.0]
     assert jobs["processing_s"].to_list() == [7.0, None, 6.0]
     assert jobs_from_spans(spans.clear()).is_empty()
+
+
+def test_first_of_each_keeps_the_first_row_of_each_key_in_order() -> None:
+    frame = pl.DataFrame({"k": [7, 3, 7, 9, 3], "v": ["a", "b", "c", "d", "e"]})
+    assert first_of_each(frame, "k").rows() == [(7, "a"), (3, "b"), (9, "d")]
+    # Without duplicates the frame comes back as it is; an empty one stays empty.
+    unique = frame.slice(1, 3)
+    assert first_of_each(unique, "k").equals(unique)
+    assert first_of_each(frame.clear(), "k").is_empty()
 
 
 def test_retry_metrics_on_a_tiny_frame() -> None:

@@ -80,6 +80,16 @@ def test_closed_store_refuses_queries(store_dsn: str) -> None:
         s.query_value("SELECT 1")
 
 
+def test_embedded_arrow_results_are_not_compressed(store: Store) -> None:
+    # Results stay in the process: the session turns off Arrow's per-batch LZ4, and the frames read
+    # back the same either way.
+    assert store.query_value("SELECT getSetting('output_format_arrow_compression_method')") == "none"
+    sql = "SELECT number AS n, toString(number) AS s FROM numbers(100000)"
+    frame = store.query_polars(sql)
+    packed = store.query_polars(sql, settings={"output_format_arrow_compression_method": "lz4_frame"})
+    assert frame.equals(packed) and frame["n"].sum() == 4999950000
+
+
 def test_key_set_holds_the_keys_for_in_and_is_dropped_after(store: Store) -> None:
     # Keys across the whole UInt64 range (64-bit hashes use the top bit), with a duplicate.
     keys = pl.Series([0, 1, 2**63, 2**64 - 1, 12345678901234567890, 1], dtype=pl.UInt64)
