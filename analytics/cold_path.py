@@ -18,7 +18,7 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_COLD_MARKED, KIND, MAYBE_MARKED_COLD, QUEUE, Conventions
+from analytics.conventions import IS_COLD_MARKED, KIND, QUEUE, Conventions
 from analytics.stats import percentile_exprs
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
@@ -93,26 +93,45 @@ JOB_SPANS_SCHEMA: dict[str, Any] = {
 }
 
 
+def _cold_roots_marked_in(table: str, column: str) -> str:
+    # Written as mapKeys(...) so that the Collector's bloom filter over that map's keys
+    # (idx_span_attr_key / idx_res_attr_key) skips every granule without the mark's key: marked roots
+    # are few, and checking every root's maps cost as much as all producers and consumers together.
+    # One SELECT per map, as one index cannot prune on a condition that involves the other map.
+    return f"""
+SELECT toUInt8({_STANDALONE}) AS role, cityHash64(TraceId, SpanId) AS job_key, {QUEUE} AS queue,
+       toUnixTimestamp64Nano(Timestamp) AS start_ns,
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
+FROM {table}
+WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND ParentSpanId = ''
+  AND (has(mapKeys({column}), {{cv_path_attr:String}}) OR {{cv_cold:String}} = '')
+  AND {KIND} NOT IN ('Producer', 'Consumer') AND {IS_COLD_MARKED}
+"""
+
+
 def jobs_sql(table: str) -> str:
     """Producer and consumer spans and standalone cold roots started in [s, e), one row per (span,
-    job): a consumer names its producer by a span link, or by its parent for a single message.
+    job): a consumer names its producer by a span link, or by its parent for a single message. A root
+    marked cold in both maps comes twice (duplicates change nothing in :func:`jobs_from_spans`).
 
-    One scan of the kind column; the producer–consumer join is done in Polars
-    (:func:`jobs_from_spans`) on these few rows — in SQL, three scans and a hash join cost about
-    twice as much."""
+    One scan of the kind column for producers and consumers; the producer–consumer join is done in
+    Polars (:func:`jobs_from_spans`) on these few rows — in SQL, three scans and a hash join cost
+    about twice as much."""
     return f"""
-SELECT multiIf({KIND} = 'Producer', {_PRODUCER}, {KIND} = 'Consumer', {_CONSUMER}, {_STANDALONE}) AS role,
+SELECT if({KIND} = 'Producer', {_PRODUCER}, {_CONSUMER}) AS role,
        cityHash64(link.1, link.2) AS job_key, if(role = {_CONSUMER}, '', {QUEUE}) AS queue,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
 FROM {table}
-ARRAY JOIN multiIf({KIND} != 'Consumer', [(TraceId, SpanId)],
-                   notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
-                   [(TraceId, ParentSpanId)]) AS link
-PREWHERE {KIND} IN ('Producer', 'Consumer') OR (ParentSpanId = '' AND {MAYBE_MARKED_COLD})
+ARRAY JOIN if({KIND} = 'Producer', [(TraceId, SpanId)],
+              if(notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
+                 [(TraceId, ParentSpanId)])) AS link
+PREWHERE {KIND} IN ('Producer', 'Consumer')
 WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}
-  AND ({KIND} IN ('Producer', 'Consumer') OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
-"""
+UNION ALL
+{_cold_roots_marked_in(table, "SpanAttributes")}
+UNION ALL
+{_cold_roots_marked_in(table, "ResourceAttributes")}"""
 
 
 def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
