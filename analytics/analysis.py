@@ -306,8 +306,8 @@ def _attribution(
 ) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """Attribution frames and the LLM causes, from the tail traces' spans."""
     tail_spans_ = tail_spans(trace_spans)
-    # The tail traces get their ids back from their spans.
-    ids = tail_spans_.select("trace_key", "trace_id").unique()
+    # The tail traces get their ids back from their root spans.
+    ids = tail_spans_.filter(pl.col("trace_id") != "").select("trace_key", "trace_id").unique()
     tails_with_ids = tails.join(ids, on="trace_key", how="inner")
     path = critical_path(
         tail_spans_.join(tails_with_ids.select("trace_key").unique(), on="trace_key", how="semi")

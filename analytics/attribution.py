@@ -65,8 +65,8 @@ TAIL_SPANS_SCHEMA: dict[str, Any] = {
     for name in (
         "trace_key",
         "trace_id",
-        "span_id",
-        "parent_id",
+        "span_key",
+        "parent_key",
         "name",
         "kind",
         "start_ns",
@@ -78,8 +78,8 @@ TAIL_SPANS_SCHEMA: dict[str, Any] = {
 }
 
 CRITICAL_PATH_SCHEMA: dict[str, Any] = {
-    "trace_id": pl.String,
-    "span_id": pl.String,
+    "trace_key": pl.UInt64,
+    "span_key": pl.UInt64,
     "critical_ns": pl.Int64,
     "self_ns": pl.Int64,
     "class": pl.String,
@@ -164,7 +164,7 @@ def tail_spans(trace_spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def _trace_critical_path(rows: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
-    """rows: (span_id, parent_id, name, kind, start, end, is_llm, provider, model) of one trace."""
+    """rows: (span_key, parent_key, name, kind, start, end, is_llm, provider, model) of one trace."""
     by_id = {r[0]: r for r in rows}
     children: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
     roots = []
@@ -249,12 +249,12 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
     if spans.is_empty():
         return empty(CRITICAL_PATH_SCHEMA)
     rows: list[tuple[Any, ...]] = []
-    # The order _trace_critical_path reads: the tail-span columns but the key and structure flag.
-    cols = [c for c in TAIL_SPANS_SCHEMA if c != "trace_key"]
+    # The order _trace_critical_path reads, after the trace key: the tail-span columns but the id.
+    cols = [c for c in TAIL_SPANS_SCHEMA if c != "trace_id"]
     # One sorted pass instead of a frame per trace: per-group frames cost more than the walk itself.
-    current: str | None = None
+    current: int | None = None
     group: list[tuple[Any, ...]] = []
-    for row in spans.select(cols).sort("trace_id").iter_rows():
+    for row in spans.select(cols).sort("trace_key").iter_rows():
         if row[0] != current:
             if group and current is not None:
                 rows.extend((current, *r) for r in _trace_critical_path(group))
@@ -291,7 +291,7 @@ def attribute(
 
     n_tail = tails.group_by(*_KEYS, "window").agg(pl.len().alias("n_tail"))
     credited = (
-        path.join(tails.select(*_KEYS, "window", "trace_id"), on="trace_id", how="inner")
+        path.join(tails.select(*_KEYS, "window", "trace_key"), on="trace_key", how="inner")
         .group_by(*_KEYS, "window", "span_name", "class", "provider", "model")
         .agg(pl.col("critical_ns").sum())
         .join(n_tail, on=[*_KEYS, "window"], how="left")

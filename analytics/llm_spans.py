@@ -90,9 +90,8 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     # An LLM call on the request path of its trace: not a hot root itself, not marked cold, not a
     # message consumer (queued work parented to its producer is not on the request path).
     "sync": pl.Boolean,
-    # A workflow span (see analytics.retries), with its span id and workflow name ('' otherwise).
+    # A workflow span (see analytics.retries: its span_key names it), with its workflow name ('' otherwise).
     "is_workflow": pl.Boolean,
-    "workflow_span": pl.String,
     "workflow": pl.Categorical(),
 }
 
@@ -128,7 +127,7 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        {IS_LLM} AS is_llm, {ERRORED} AS errored, {THROTTLED} AS throttled,
        toInt64({TOKENS}) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
        is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync,
-       {IS_WORKFLOW} AS is_workflow, if(is_workflow, SpanId, '') AS workflow_span,
+       {IS_WORKFLOW} AS is_workflow,
        toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow
 FROM {table}
 PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW}

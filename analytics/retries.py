@@ -39,14 +39,14 @@ __all__ = [
 ]
 
 WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
-    "trace_id": pl.String,
-    "span_id": pl.String,
-    "parent_id": pl.String,
+    "trace_key": pl.UInt64,
+    "span_key": pl.UInt64,  # cityHash64(TraceId, SpanId)
+    "parent_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId): the parent's span_key
     "name": pl.String,
     "start_ns": pl.Int64,
     "tokens": pl.Int64,
     "resend": pl.Int64,
-    "wf_span": pl.String,
+    "wf_span_key": pl.UInt64,  # span_key of the trace's workflow span
     "workflow": pl.String,
 }
 
@@ -73,7 +73,7 @@ _MAX_DEPTH = 64
 
 WORKFLOWS_SCHEMA: dict[str, Any] = {
     "trace_key": pl.UInt64,
-    "wf_span": pl.String,
+    "wf_span_key": pl.UInt64,
     "workflow": pl.String,
 }
 
@@ -93,7 +93,7 @@ def workflows_from_spans(llm_spans: pl.DataFrame, windows: Windows) -> pl.DataFr
     return (
         spans.group_by("trace_key")
         .agg(
-            pl.col("workflow_span").sort_by(start).first().alias("wf_span"),
+            pl.col("span_key").sort_by(start).first().alias("wf_span_key"),
             pl.col("workflow").cast(pl.String).sort_by(start).first(),
         )
         .cast(pl.Schema(WORKFLOWS_SCHEMA))
@@ -115,7 +115,7 @@ def workflow_spans(
     hi = pl.lit(windows.end + conventions.trace_margin).dt.epoch("ns")
     return (
         trace_spans.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
-        .select("trace_key", *(c for c in WORKFLOW_SPANS_SCHEMA if c in trace_spans.columns))
+        .select(*(c for c in WORKFLOW_SPANS_SCHEMA if c in trace_spans.columns))
         .join(workflows, on="trace_key", how="inner")
         .select(list(WORKFLOW_SPANS_SCHEMA))
     )
@@ -147,14 +147,13 @@ def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame
 
 def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(retry_hops, retry_amplification) from the spans of workflow traces. Pure."""
-    # Joins and groups on 64-bit keys and categorical names: a fraction of the cost of hashing
-    # strings in every step. A span's key mixes its trace's hash with its own id's.
-    trace = pl.col("trace_id").hash()
+    # Joins and groups on the store's 64-bit keys and categorical names: a fraction of the cost of
+    # hashing strings in every step.
     spans = spans.select(
-        trace.alias("trace"),
-        trace.xor(pl.col("span_id").hash()).alias("span"),
-        trace.xor(pl.col("parent_id").hash()).alias("parent"),
-        (pl.col("parent_id") == pl.col("wf_span")).alias("is_attempt"),
+        pl.col("trace_key").alias("trace"),
+        pl.col("span_key").alias("span"),
+        pl.col("parent_key").alias("parent"),
+        (pl.col("parent_key") == pl.col("wf_span_key")).alias("is_attempt"),
         pl.col("name").cast(pl.Categorical),
         pl.col("workflow").cast(pl.Categorical),
         "start_ns",

@@ -38,9 +38,10 @@ __all__ = [
 TRACE_SPAN_ROWS_SCHEMA: dict[str, Any] = {
     "trace_key": pl.UInt64,  # cityHash64(TraceId), the key the requests and workflows carry
     "span_key": pl.UInt64,  # cityHash64(TraceId, SpanId), the key of the LLM-span read
+    "parent_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId): the parent's span_key
+    # The trace's id on its root spans, '' on the others: the walks need only the keys, and the ids
+    # of every span were a tenth of the pass (only the tail traces' ids are shown, as exemplars).
     "trace_id": pl.String,
-    "span_id": pl.String,
-    "parent_id": pl.String,
     "name": pl.String,
     "kind": pl.String,
     "start_ns": pl.Int64,
@@ -95,7 +96,8 @@ def trace_spans_sql(table: str, key_set: str | None) -> str:
     selection = key_set if key_set is not None else f"({_by_floors(table)})"
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
-       TraceId AS trace_id, SpanId AS span_id, ParentSpanId AS parent_id, SpanName AS name,
+       cityHash64(TraceId, ParentSpanId) AS parent_key, if(ParentSpanId = '', TraceId, '') AS trace_id,
+       SpanName AS name,
        {KIND} AS kind, toUnixTimestamp64Nano(Timestamp) AS start_ns,
        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
 FROM {table}

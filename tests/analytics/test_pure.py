@@ -20,13 +20,23 @@ from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearma
 T = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def _key(name: str) -> int:
+    """A span's 64-bit key from a short readable name ('' → 0, the key of no span)."""
+    return int.from_bytes(name.encode(), "big")
+
+
+def _name(key: int) -> str:
+    return key.to_bytes((key.bit_length() + 7) // 8, "big").decode()
+
+
 def _spans(rows: list[tuple[str, str, str, str, int, int, bool]]) -> pl.DataFrame:
-    """(span_id, parent_id, name, kind, start_ms, end_ms, is_llm) of one trace 't'."""
+    """(span, parent, name, kind, start_ms, end_ms, is_llm) of one trace, the spans named by their keys."""
     return pl.DataFrame(
         {
-            "trace_id": ["t"] * len(rows),
-            "span_id": [r[0] for r in rows],
-            "parent_id": [r[1] for r in rows],
+            "trace_key": [1] * len(rows),
+            "trace_id": ["t" if not r[1] else "" for r in rows],
+            "span_key": [_key(r[0]) for r in rows],
+            "parent_key": [_key(r[1]) for r in rows],
             "name": [r[2] for r in rows],
             "kind": [r[3] for r in rows],
             "start_ns": [r[4] * 1_000_000 for r in rows],
@@ -40,7 +50,7 @@ def _spans(rows: list[tuple[str, str, str, str, int, int, bool]]) -> pl.DataFram
 
 
 def _credit(path: pl.DataFrame) -> dict[str, float]:
-    return {r["span_id"]: r["critical_ns"] / 1e6 for r in path.iter_rows(named=True)}
+    return {_name(r["span_key"]): r["critical_ns"] / 1e6 for r in path.iter_rows(named=True)}
 
 
 def test_critical_path_sequential_parallel_overflow_and_consumer() -> None:
@@ -67,7 +77,7 @@ def test_critical_path_sequential_parallel_overflow_and_consumer() -> None:
     assert credit["a"] == 20.0
     assert credit["root"] == 5.0 + 10.0 + 10.0
     assert sum(credit.values()) == 100.0
-    rows = {r["span_id"]: r for r in path.iter_rows(named=True)}
+    rows = {_name(r["span_key"]): r for r in path.iter_rows(named=True)}
     # The LLM call's HTTP child is model time, named after the call.
     assert (rows["h"]["class"], rows["h"]["span_name"], rows["h"]["model"]) == (
         "llm",
@@ -98,8 +108,8 @@ def test_attribute_splits_the_delta() -> None:
     assert sorted(tails["trace_id"].to_list()) == ["b99", "c99"]
     path = pl.DataFrame(
         {
-            "trace_id": ["b99", "b99", "c99", "c99"],
-            "span_id": ["r", "l", "r", "l"],
+            "trace_key": [99, 99, 199, 199],
+            "span_key": [1, 2, 3, 4],
             "critical_ns": [100_000_000, 400_000_000, 200_000_000, 700_000_000],
             "self_ns": [0, 0, 0, 0],
             "class": ["internal", "llm", "internal", "llm"],
@@ -216,14 +226,14 @@ def test_retry_metrics_on_a_tiny_frame() -> None:
     # One run: hop "a" tried twice (resend_count 1 on the second), hop "b" once with a child LLM call.
     frame = pl.DataFrame(
         {
-            "trace_id": ["t"] * 5,
-            "span_id": ["w", "a1", "a2", "b1", "b1c"],
-            "parent_id": ["", "w", "w", "w", "b1"],
+            "trace_key": [1] * 5,
+            "span_key": [_key(s) for s in ("w", "a1", "a2", "b1", "b1c")],
+            "parent_key": [_key(s) for s in ("", "w", "w", "w", "b1")],
             "name": ["invoke_workflow x", "a", "a", "b", "chat"],
             "start_ns": [0, 1, 2, 3, 4],
             "tokens": [0, 10, 10, 0, 30],
             "resend": [0, 0, 1, 0, 0],
-            "wf_span": ["w"] * 5,
+            "wf_span_key": [_key("w")] * 5,
             "workflow": ["x"] * 5,
         }
     )
