@@ -1,8 +1,8 @@
 """Analytics benchmark: the full analysis over 1M and 10M spans in the embedded store.
 
-Run ``python -m bench.analytics`` (options: ``--sizes``, ``--pandas-max``, ``--repeat``). For each
-size a fresh store is filled in SQL (``bench/analytics_data.py``), then each contender runs in its
-own process (peak RSS is that process's own) on the same store, one at a time:
+Run ``python -m bench.analytics`` (options: ``--sizes``, ``--pandas-max``, ``--repeat``,
+``--rounds``). For each size a fresh store is filled in SQL (``bench/analytics_data.py``), then each
+contender runs in its own process (peak RSS is that process's own) on the same store, one at a time:
 
 * ``analyze`` — :func:`analytics.analyze` over the current day against the baseline day;
 * ``floor``   — one ClickHouse query scanning every column the analysis reads, over both days;
@@ -10,6 +10,9 @@ own process (peak RSS is that process's own) on the same store, one at a time:
   (only up to ``--pandas-max`` spans: beyond that it needs more memory than the analysis by far).
 
 Wall time is the best of ``--repeat`` runs of the computation itself (opening the store excluded).
+The floor and the analysis alternate for ``--rounds`` rounds (floor, analyze, floor, analyze, …):
+a shared machine's speed drifts by tens of percent within minutes, so besides the best of each the
+report gives the median over rounds of the analysis against the floor measured just before it.
 The engine's query condition cache is switched off in every contender: it remembers which granules a
 filter rejected, so a second identical analysis in the same process skips them (about 20% faster at
 10M spans). A scheduled service gets that gain; the benchmark measures an analysis that has not run
@@ -109,6 +112,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000", help="comma-separated span counts")
     parser.add_argument("--pandas-max", type=int, default=1_000_000, help="largest size pandas runs at")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="floor/analyze pairs per size")
     parser.add_argument("--keep", action="store_true", help="keep the generated stores")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--dsn", help=argparse.SUPPRESS)
@@ -125,13 +129,18 @@ def main() -> None:
         dsn = "chdb://" + str(workdir / "store")
         try:
             gen = _spawn("generate", dsn, size, 1)
-            row: dict[str, Any] = {"spans": gen["rows"], "generate_s": gen["seconds"]}
-            for mode in ("floor", "analyze", "floor"):
-                r = _spawn(mode, dsn, size, args.repeat)
-                # The floor runs before and after the analysis; the better of the two is the floor.
-                if mode in row and row[mode]["seconds"] <= r["seconds"]:
-                    continue
-                row[mode] = r
+            row: dict[str, Any] = {"spans": gen["rows"], "generate_s": gen["seconds"], "paired": []}
+            for _ in range(max(1, args.rounds)):
+                floor = _spawn("floor", dsn, size, args.repeat)
+                analysis = _spawn("analyze", dsn, size, args.repeat)
+                row["paired"].append(analysis["seconds"] / floor["seconds"])
+                # Best of the rounds for each; the analysis's peak RSS is the largest of its runs.
+                if "floor" not in row or floor["seconds"] < row["floor"]["seconds"]:
+                    row["floor"] = floor
+                peak = max(analysis["peak_rss_mb"], row.get("analyze", {}).get("peak_rss_mb", 0.0))
+                if "analyze" not in row or analysis["seconds"] < row["analyze"]["seconds"]:
+                    row["analyze"] = analysis
+                row["analyze"]["peak_rss_mb"] = peak
             if size <= args.pandas_max:
                 row["pandas"] = _spawn("pandas", dsn, size, 1)
             results.append(row)
@@ -147,7 +156,9 @@ def _print_row(row: dict[str, Any]) -> None:
     a, f = row["analyze"], row["floor"]
     line = (
         f"{row['spans']:>11,} spans: analyze {a['seconds']:.2f} s (peak RSS {a['peak_rss_mb']:.0f} MB), "
-        f"floor {f['seconds']:.2f} s → {a['seconds'] / f['seconds']:.1f}× floor"
+        f"floor {f['seconds']:.2f} s → {a['seconds'] / f['seconds']:.1f}× floor "
+        f"(paired rounds: {', '.join(f'{r:.2f}' for r in row['paired'])}; "
+        f"median {_median(row['paired']):.2f}×)"
     )
     if "pandas" in row:
         p = row["pandas"]
@@ -158,18 +169,24 @@ def _print_row(row: dict[str, Any]) -> None:
     print(line, flush=True)
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
 def _markdown(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| spans | analyze (s) | analyze peak RSS (MB) | floor (s) | analyze / floor | pandas (s) | "
-        "pandas peak RSS (MB) | pandas / analyze |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| spans | analyze (s) | analyze peak RSS (MB) | floor (s) | analyze / floor | paired median | "
+        "pandas (s) | pandas peak RSS (MB) | pandas / analyze |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in results:
         a, f = row["analyze"], row["floor"]
         p = row.get("pandas")
         lines.append(
             f"| {row['spans']:,} | {a['seconds']:.2f} | {a['peak_rss_mb']:.0f} | {f['seconds']:.2f} | "
-            f"{a['seconds'] / f['seconds']:.1f}× | "
+            f"{a['seconds'] / f['seconds']:.1f}× | {_median(row['paired']):.2f}× | "
             + (
                 f"{p['seconds']:.1f} | {p['peak_rss_mb']:.0f} | {p['seconds'] / a['seconds']:.1f}× |"
                 if p
