@@ -1,6 +1,6 @@
 """One analysis run: every metric over a window and its baseline, as Polars frames and as JSON.
 
-``analyze`` runs the SQL reads (one query per shape of data: hot-path roots, LLM spans, workflows,
+``analyze`` runs the SQL reads (one query per shape of data: hot-path roots, LLM and workflow spans,
 the spans of the tail and workflow traces, release times, queued jobs) and hands the narrow results
 to the pure metric functions of the sibling modules, overlapping the two.
 """
