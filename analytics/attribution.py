@@ -165,11 +165,11 @@ def tail_spans(trace_spans: pl.DataFrame) -> pl.DataFrame:
 
 def _trace_critical_path(rows: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...]]:
     """rows: (span_key, parent_key, name, kind, start, end, is_llm, provider, model) of one trace."""
-    by_id = {r[0]: r for r in rows}
-    children: dict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    by_key = {r[0]: r for r in rows}
+    children: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     roots = []
     for r in rows:
-        if r[1] and r[1] in by_id and r[1] != r[0]:
+        if r[1] and r[1] in by_key and r[1] != r[0]:
             children[r[1]].append(r)
         else:
             roots.append(r)
@@ -177,7 +177,7 @@ def _trace_critical_path(rows: list[tuple[Any, ...]]) -> Iterable[tuple[Any, ...
         return []
     # The request's root: the earliest parentless span, the longest on ties.
     root = min(roots, key=lambda r: (r[4], -(r[5] - r[4])))
-    credit: dict[str, int] = defaultdict(int)
+    credit: dict[int, int] = defaultdict(int)
 
     def walk(span: tuple[Any, ...], lo: int, hi: int) -> None:
         t = hi

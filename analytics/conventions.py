@@ -233,11 +233,6 @@ MAYBE_MARKED_HOT = (
     "(has(SpanAttributes.keys, {cv_path_attr:String}) OR has(ResourceAttributes.keys, {cv_path_attr:String}) "
     "OR {cv_hot:String} = '')"
 )
-# The same for a cold mark.
-MAYBE_MARKED_COLD = (
-    "(has(SpanAttributes.keys, {cv_path_attr:String}) OR has(ResourceAttributes.keys, {cv_path_attr:String}) "
-    "OR {cv_cold:String} = '')"
-)
 # An LLM span: a model call by operation name, a remote agent call, or a provider without operation.
 IS_LLM = (
     f"({OP} IN {{cv_llm_ops:Array(String)}} "

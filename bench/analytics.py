@@ -27,6 +27,7 @@ import os
 import platform
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -129,18 +130,22 @@ def main() -> None:
         dsn = "chdb://" + str(workdir / "store")
         try:
             gen = _spawn("generate", dsn, size, 1)
-            row: dict[str, Any] = {"spans": gen["rows"], "generate_s": gen["seconds"], "paired": []}
-            for _ in range(max(1, args.rounds)):
-                floor = _spawn("floor", dsn, size, args.repeat)
-                analysis = _spawn("analyze", dsn, size, args.repeat)
-                row["paired"].append(analysis["seconds"] / floor["seconds"])
-                # Best of the rounds for each; the analysis's peak RSS is the largest of its runs.
-                if "floor" not in row or floor["seconds"] < row["floor"]["seconds"]:
-                    row["floor"] = floor
-                peak = max(analysis["peak_rss_mb"], row.get("analyze", {}).get("peak_rss_mb", 0.0))
-                if "analyze" not in row or analysis["seconds"] < row["analyze"]["seconds"]:
-                    row["analyze"] = analysis
-                row["analyze"]["peak_rss_mb"] = peak
+            rounds = [
+                (_spawn("floor", dsn, size, args.repeat), _spawn("analyze", dsn, size, args.repeat))
+                for _ in range(max(1, args.rounds))
+            ]
+            floors, analyses = [f for f, _ in rounds], [a for _, a in rounds]
+            # Best of the rounds for each; the analysis's peak RSS is the largest of its runs.
+            row: dict[str, Any] = {
+                "spans": gen["rows"],
+                "generate_s": gen["seconds"],
+                "floor": min(floors, key=lambda r: r["seconds"]),
+                "analyze": {
+                    **min(analyses, key=lambda r: r["seconds"]),
+                    "peak_rss_mb": max(a["peak_rss_mb"] for a in analyses),
+                },
+                "paired": [a["seconds"] / f["seconds"] for f, a in rounds],
+            }
             if size <= args.pandas_max:
                 row["pandas"] = _spawn("pandas", dsn, size, 1)
             results.append(row)
@@ -158,7 +163,7 @@ def _print_row(row: dict[str, Any]) -> None:
         f"{row['spans']:>11,} spans: analyze {a['seconds']:.2f} s (peak RSS {a['peak_rss_mb']:.0f} MB), "
         f"floor {f['seconds']:.2f} s → {a['seconds'] / f['seconds']:.1f}× floor "
         f"(paired rounds: {', '.join(f'{r:.2f}' for r in row['paired'])}; "
-        f"median {_median(row['paired']):.2f}×)"
+        f"median {statistics.median(row['paired']):.2f}×)"
     )
     if "pandas" in row:
         p = row["pandas"]
@@ -167,12 +172,6 @@ def _print_row(row: dict[str, Any]) -> None:
             f"{p['seconds'] / a['seconds']:.1f}× slower than analyze"
         )
     print(line, flush=True)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _markdown(results: list[dict[str, Any]]) -> str:
@@ -186,7 +185,7 @@ def _markdown(results: list[dict[str, Any]]) -> str:
         p = row.get("pandas")
         lines.append(
             f"| {row['spans']:,} | {a['seconds']:.2f} | {a['peak_rss_mb']:.0f} | {f['seconds']:.2f} | "
-            f"{a['seconds'] / f['seconds']:.1f}× | {_median(row['paired']):.2f}× | "
+            f"{a['seconds'] / f['seconds']:.1f}× | {statistics.median(row['paired']):.2f}× | "
             + (
                 f"{p['seconds']:.1f} | {p['peak_rss_mb']:.0f} | {p['seconds'] / a['seconds']:.1f}× |"
                 if p
