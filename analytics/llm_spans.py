@@ -95,6 +95,11 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     "workflow": pl.Categorical(),
 }
 
+# Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. A SETTINGS clause
+# rather than per-call settings: the embedded engine applies those with a SET before the query and
+# another after, plus a read of the current values, which cost about 20 ms a query.
+_DICTIONARIES = "SETTINGS output_format_arrow_low_cardinality_as_dictionary = 1"
+
 _IN_WINDOWS = (
     "((Timestamp >= {bs:DateTime64(9)} AND Timestamp < {be_m:DateTime64(9)}) "
     "OR (Timestamp >= {s:DateTime64(9)} AND Timestamp < {e_m:DateTime64(9)}))"
@@ -113,6 +118,7 @@ SELECT cityHash64(TraceId) AS trace_key, toLowCardinality(ServiceName) AS servic
 FROM {table}
 PREWHERE ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {MAYBE_MARKED_HOT})
 WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}})
+{_DICTIONARIES}
 """
 
 
@@ -132,18 +138,15 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
 FROM {table}
 PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW}
 WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow)
+{_DICTIONARIES}
 """
-
-
-# Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals.
-_DICTIONARIES = {"output_format_arrow_low_cardinality_as_dictionary": 1}
 
 
 def _fetch(
     store: Store, sql: str, windows: Windows, conventions: Conventions, schema: dict[str, Any]
 ) -> pl.DataFrame:
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = store.query_polars(sql, params, settings=_DICTIONARIES)
+    frame = store.query_polars(sql, params)
     if frame.is_empty():
         return empty(schema)
     # normalize() would turn the dictionaries into strings: only the timestamps need it.

@@ -104,6 +104,7 @@ FROM {table}
 -- The IN set is built once; as PREWHERE, only the id column is read for spans of other traces.
 PREWHERE cityHash64(TraceId) IN {selection}
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
+{_LARGE_BLOCKS}
 """
 
 
@@ -111,8 +112,9 @@ WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
 # columns) they leave as a thousand small blocks at 10M spans, and each becomes an Arrow record batch
 # with its own cost on both sides; blocks of up to 256k rows make them thirty times fewer, which
 # took a quarter off the pass. (The other reads keep most rows of the granules they read, and
-# larger blocks did not help them.)
-_LARGE_BLOCKS = {"max_block_size": 262_144, "preferred_block_size_bytes": 200_000_000}
+# larger blocks did not help them.) A SETTINGS clause, as for the LLM-span read: per-call settings
+# cost the embedded engine two SETs and a read of the current values.
+_LARGE_BLOCKS = "SETTINGS max_block_size = 262144, preferred_block_size_bytes = 200000000"
 
 
 def _floors(tails: pl.DataFrame, window: str) -> tuple[list[str], list[str], list[int]]:
@@ -160,7 +162,7 @@ def fetch_trace_spans(
     table = store.table(TRACES_TABLE)
     if by_keys:
         with store.key_set(keys) as key_set:
-            frame = store.query_polars(trace_spans_sql(table, key_set), params, settings=_LARGE_BLOCKS)
+            frame = store.query_polars(trace_spans_sql(table, key_set), params)
     else:
         cur_services, cur_ops, cur_floor = _floors(tails, "current")
         base_services, base_ops, base_floor = _floors(tails, "baseline")
@@ -174,7 +176,7 @@ def fetch_trace_spans(
             "base_floor": base_floor,
             "workflows": workflows is not None and workflows.height > 0,
         }
-        frame = store.query_polars(trace_spans_sql(table, None), params, settings=_LARGE_BLOCKS)
+        frame = store.query_polars(trace_spans_sql(table, None), params)
     if frame.is_empty():
         return empty(TRACE_SPAN_ROWS_SCHEMA)
     # Duplicates of a span (client retries resend identical spans) count once: the first row of each

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from polars.testing import assert_frame_equal
@@ -19,8 +20,10 @@ from analytics import Analysis, AnalysisError, Conventions, analyze, latency_goo
 from analytics._common import Windows
 from analytics.attribution import fetch_llm_signals, tail_traces
 from analytics.hot_path import fetch_requests
+from analytics.llm_spans import llm_spans_sql, roots_sql
 from analytics.retries import fetch_workflows
 from analytics.trace_spans import fetch_trace_spans
+from collectors.schema import TRACES_TABLE
 from collectors.spans import SpanRow, insert_spans
 from collectors.store import Store, open_store
 from tailwatch.cli import main
@@ -290,6 +293,23 @@ def test_trace_spans_chosen_in_sql_match_the_key_list(store: Store) -> None:
     assert_frame_equal(chosen.sort("trace_key", "span_key"), by_keys.sort("trace_key", "span_key"))
     # Ties at a duration floor may add a few traces, never drop one.
     assert in_sql["trace_key"].n_unique() >= wanted.height
+
+
+def test_root_and_llm_reads_send_repeated_strings_as_dictionaries(store: Store) -> None:
+    # The reads ask for Arrow dictionaries in their own SETTINGS clause (they become Polars
+    # categoricals without re-encoding); the session's own setting is left as it was.
+    scenario = scenario_llm_regression()
+    insert_spans(store, scenario.spans)
+    conv = Conventions()
+    params = {**conv.sql_parameters(), **Windows.of(scenario.start, scenario.end).params(conv)}
+    table = store.table(TRACES_TABLE)
+    roots = store.query_arrow(roots_sql(table), params)
+    llm = store.query_arrow(llm_spans_sql(table), params)
+    assert roots.num_rows > 0 and llm.num_rows > 0
+    for read, column in ((roots, "service"), (roots, "version"), (llm, "provider"), (llm, "model")):
+        assert pa.types.is_dictionary(read.schema.field(column).type), column
+    plain = store.query_arrow("SELECT toLowCardinality({v:String}) AS v", {"v": "x"})
+    assert not pa.types.is_dictionary(plain.schema.field("v").type)
 
 
 def test_attribution_internal_regression(store: Store) -> None:
