@@ -95,9 +95,8 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     "workflow": pl.Categorical(),
 }
 
-# Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. A SETTINGS clause
-# rather than per-call settings: the embedded engine applies those with a SET before the query and
-# another after, plus a read of the current values, which cost about 20 ms a query.
+# Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. In the query's own
+# SETTINGS clause: per-call settings cost the embedded store extra round trips (Store.query_arrow).
 _DICTIONARIES = "SETTINGS output_format_arrow_low_cardinality_as_dictionary = 1"
 
 _IN_WINDOWS = (

@@ -84,6 +84,14 @@ def _by_floors(table: str) -> str:
 """
 
 
+# The pass keeps a few rows of each granule it reads. At the default block size (about 1 MB of
+# columns) they leave as a thousand small blocks at 10M spans, and each becomes an Arrow record batch
+# with its own cost on both sides; blocks of up to 256k rows make them thirty times fewer, which
+# took a quarter off the pass. (The other reads keep most rows of the granules they read, and
+# larger blocks did not help them.) In the query's own SETTINGS clause, as for the LLM-span read.
+_LARGE_BLOCKS = "SETTINGS max_block_size = 262144, preferred_block_size_bytes = 200000000"
+
+
 def trace_spans_sql(table: str, key_set: str | None) -> str:
     """Spans of the chosen traces. With ``key_set`` (a table made by
     :meth:`collectors.store.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
@@ -106,15 +114,6 @@ PREWHERE cityHash64(TraceId) IN {selection}
 WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}}
 {_LARGE_BLOCKS}
 """
-
-
-# The pass keeps a few rows of each granule it reads. At the default block size (about 1 MB of
-# columns) they leave as a thousand small blocks at 10M spans, and each becomes an Arrow record batch
-# with its own cost on both sides; blocks of up to 256k rows make them thirty times fewer, which
-# took a quarter off the pass. (The other reads keep most rows of the granules they read, and
-# larger blocks did not help them.) A SETTINGS clause, as for the LLM-span read: per-call settings
-# cost the embedded engine two SETs and a read of the current values.
-_LARGE_BLOCKS = "SETTINGS max_block_size = 262144, preferred_block_size_bytes = 200000000"
 
 
 def _floors(tails: pl.DataFrame, window: str) -> tuple[list[str], list[str], list[int]]:

@@ -182,6 +182,9 @@ class Store:
         parameters: Mapping[str, Any] | None = None,
         settings: Mapping[str, Any] | None = None,
     ) -> pa.Table:
+        """The result as an Arrow table. ``settings`` apply to this query only; on the embedded store
+        the client applies them with a read of the session's settings and a ``SET`` before and after
+        the query (about 20 ms), so a frequent read puts them in its own ``SETTINGS`` clause."""
         with self._guard(sql):
             return self.client.query_arrow(sql, parameters=dict(parameters or {}), settings=settings)
 
