@@ -31,8 +31,9 @@ def results(store: Store) -> tuple[dict[str, pl.DataFrame], dict[str, pl.DataFra
     return ours, theirs
 
 
-def _close(a: float, b: float) -> bool:
-    return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+def _same(value: float) -> object:
+    """The other implementation's value, up to float rounding."""
+    return pytest.approx(value, rel=1e-6, abs=1e-6)
 
 
 def test_every_metric_agrees_with_the_pandas_baseline(
@@ -47,7 +48,7 @@ def test_every_metric_agrees_with_the_pandas_baseline(
         mine = hot[(r["ServiceName"], r["SpanName"])]
         assert mine["requests"] == r["requests"] > 2000
         for column in ("p50_ms", "p95_ms", "p99_ms", "p999_ms", "sync_llm_calls_per_request"):
-            assert _close(mine[column], r[column]), (column, mine[column], r[column])
+            assert mine[column] == _same(r[column]), column
 
     # Releases: the p99 delta of every release both report (pandas skips small samples).
     deltas = {
@@ -56,7 +57,7 @@ def test_every_metric_agrees_with_the_pandas_baseline(
     }
     assert theirs["releases"].height == 6
     for r in theirs["releases"].iter_rows(named=True):
-        assert _close(deltas[(r["service"], r["operation"], r["version"])], r["delta"])
+        assert deltas[(r["service"], r["operation"], r["version"])] == _same(r["delta"])
     # The regressing release is the one the data was built with; the baseline agrees on its size.
     flagged = ours["releases"].filter(pl.col("significant"))
     assert flagged.select("service", "version").rows() == [("chat-api", "v2")]
@@ -68,7 +69,7 @@ def test_every_metric_agrees_with_the_pandas_baseline(
         mine = cold[r["queue"]]
         assert (mine["jobs"], mine["completed"]) == (r["jobs"], r["completed"])
         for column in ("p50_s", "p99_s", "p999_s"):
-            assert _close(mine[column], r[column]), (r["queue"], column)
+            assert mine[column] == _same(r[column]), (r["queue"], column)
     assert cold["doc-summaries"]["starved"] and not cold["emails"]["starved"]
 
     # Abandonment: requests and abandoned requests in every 500 ms bucket.
@@ -103,7 +104,7 @@ def test_every_metric_agrees_with_the_pandas_baseline(
     assert len(split) == theirs["attribution"].height == 3
     for r in theirs["attribution"].iter_rows(named=True):
         llm, internal = split[(r["service"], r["operation"])]
-        assert _close(llm, r["llm_delta"]) and _close(internal, r["internal_delta"])
+        assert (llm, internal) == (_same(r["llm_delta"]), _same(r["internal_delta"]))
     verdicts = dict(ours["attribution"].select("service", "verdict").iter_rows())
     assert verdicts["chat-api"] == "llm" and verdicts["search-api"] == "internal"
 
@@ -119,5 +120,5 @@ def test_every_metric_agrees_with_the_pandas_baseline(
         ("retry_rate_current", "retry"),
         ("cold_share_current", "cold"),
     ):
-        assert _close(signals[ours_name], baseline[theirs_name][0]), ours_name
+        assert signals[ours_name] == _same(baseline[theirs_name][0]), ours_name
     assert signals["cold_share_current"] > 0.1
