@@ -154,6 +154,20 @@ GROUP BY service, version"""
 _PAIRS_PER_QUERY = 64
 
 
+# Up to this many spans, one scan is cheaper than the per-version SELECTs. Each of those is planned
+# on its own (about 4 ms) and reads a handful of granules: twelve versions took 0.10-0.12 s whatever
+# the table's size, while the scan took 0.04-0.06 s over 1M spans and 0.28 s over 10M.
+_SCAN_MAX_ROWS = 2_000_000
+
+
+def _small_scan(store: Store, table: str, parameters: dict[str, Any]) -> bool:
+    """Whether :func:`first_seen_sql` would read at most ``_SCAN_MAX_ROWS`` spans, by the engine's
+    own estimate from its partition and primary-key pruning (a few ms). A store that gives no
+    estimate (a distributed table may not) is treated as large."""
+    estimate = store.query_rows(f"EXPLAIN ESTIMATE {first_seen_sql(table)}", parameters)
+    return bool(estimate) and sum(int(row[3]) for row in estimate) <= _SCAN_MAX_ROWS
+
+
 def _has_version_index(store: Store) -> bool:
     """Whether the traces table carries a bloom filter over its resource attribute values (the
     Collector's schema does; a hand-made table may not)."""
@@ -210,7 +224,12 @@ def fetch_release_times(
         )
     ranges = {**conventions.sql_parameters(), "lo1": lo1, "hi1": hi1, "lo2": lo2, "hi2": hi2}
     table = store.table(TRACES_TABLE)
-    if _has_version_index(store):
+    # One scan of every version before the last first request, or one SELECT per version through the
+    # bloom filter over resource attribute values. Without that index each SELECT would rescan the
+    # service's spans, so the scan is cheaper; with it, the scan only while the range is small.
+    last = cast(datetime, bounds["released_at"].max())
+    scan = {**ranges, "hi1": min(hi1, last), "hi2": min(hi2, last), "services": services}
+    if _has_version_index(store) and not _small_scan(store, table, scan):
         rows = bounds.rows()
         for chunk in range(0, len(rows), _PAIRS_PER_QUERY):
             pairs = rows[chunk : chunk + _PAIRS_PER_QUERY]
@@ -219,11 +238,7 @@ def fetch_release_times(
                 params |= {f"s{i}": service, f"v{i}": version, f"b{i}": bound}
             frames.append(store.query_polars(first_seen_before_sql(table, len(pairs)), params))
     else:
-        # Without the index a SELECT per pair would rescan the service's spans for each version:
-        # one scan of every version before the last first request is cheaper.
-        last = cast(datetime, bounds["released_at"].max())
-        params = {**ranges, "hi1": min(hi1, last), "hi2": min(hi2, last), "services": services}
-        frames.append(store.query_polars(first_seen_sql(table), params))
+        frames.append(store.query_polars(first_seen_sql(table), scan))
     frame = pl.concat(
         [
             normalize(f)

@@ -7,6 +7,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+import analytics.releases as releases_module
 from analytics import (
     analyze,
     build_rollups,
@@ -131,11 +132,22 @@ def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Sto
     ]
 
 
+@pytest.mark.parametrize("plan", ["one scan", "per version"])
 def test_release_time_is_the_first_span_before_the_first_request_with_or_without_the_index(
-    store: Store,
+    store: Store, monkeypatch: pytest.MonkeyPatch, plan: str
 ) -> None:
     # v2's first span is a background span 5 s before its first request; v1's first span is its
-    # first request. Spans of v2 in other granules or after the bound change nothing.
+    # first request. Spans of v2 in other granules or after the bound change nothing. With the index,
+    # a small table is scanned once and a large one (here: any) read per version; both give the same.
+    per_version_reads: list[int] = []
+    lookups = releases_module.first_seen_before_sql
+    monkeypatch.setattr(
+        releases_module,
+        "first_seen_before_sql",
+        lambda table, pairs: per_version_reads.append(pairs) or lookups(table, pairs),
+    )
+    if plan == "per version":
+        monkeypatch.setattr(releases_module, "_SCAN_MAX_ROWS", 0)
     spans: list[SpanRow] = []
     for i in range(20):
         spans += hot_request("api", "GET /r", at(60 + i), 100.0, version="1.0.0")
@@ -160,6 +172,7 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     expected = [("api", "1.0.0", dt(at(60))), ("api", "2.0.0", dt(at(3595)))]
     with_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert with_index.rows() == expected
+    assert per_version_reads == ([2] if plan == "per version" else [])
     store.command("ALTER TABLE otel_traces DROP INDEX idx_res_attr_value", settings={"mutations_sync": 2})
     without_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert without_index.rows() == expected
