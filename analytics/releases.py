@@ -35,6 +35,7 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
+from collectors.errors import StoreError
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -163,8 +164,11 @@ _SCAN_MAX_ROWS = 2_000_000
 def _small_scan(store: Store, table: str, parameters: dict[str, Any]) -> bool:
     """Whether :func:`first_seen_sql` would read at most ``_SCAN_MAX_ROWS`` spans, by the engine's
     own estimate from its partition and primary-key pruning (a few ms). A store that gives no
-    estimate (a distributed table may not) is treated as large."""
-    estimate = store.query_rows(f"EXPLAIN ESTIMATE {first_seen_sql(table)}", parameters)
+    estimate (a distributed table may not) counts as large: the per-version SELECTs are right there."""
+    try:
+        estimate = store.query_rows(f"EXPLAIN ESTIMATE {first_seen_sql(table)}", parameters)
+    except StoreError:
+        return False
     return bool(estimate) and sum(int(row[3]) for row in estimate) <= _SCAN_MAX_ROWS
 
 

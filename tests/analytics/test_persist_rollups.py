@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import polars as pl
 import pytest
@@ -20,6 +22,7 @@ from analytics._common import Windows
 from analytics.conventions import Conventions
 from analytics.releases import fetch_release_times
 from analytics.rollups import coverage, rollup_percentiles
+from collectors.errors import StoreError
 from collectors.spans import SpanRow, insert_spans
 from collectors.store import Store
 from tests.analytics.builders import at, dt, hot_request, scenario_cold_queues, scenario_llm_regression
@@ -132,7 +135,7 @@ def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Sto
     ]
 
 
-@pytest.mark.parametrize("plan", ["one scan", "per version"])
+@pytest.mark.parametrize("plan", ["one scan", "per version", "no estimate"])
 def test_release_time_is_the_first_span_before_the_first_request_with_or_without_the_index(
     store: Store, monkeypatch: pytest.MonkeyPatch, plan: str
 ) -> None:
@@ -148,6 +151,16 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     )
     if plan == "per version":
         monkeypatch.setattr(releases_module, "_SCAN_MAX_ROWS", 0)
+    if plan == "no estimate":
+        # A store that cannot estimate the scan (EXPLAIN refused) is read per version.
+        query_rows = store.query_rows
+
+        def refuse_explain(sql: str, *args: Any, **kwargs: Any) -> list[tuple[Any, ...]]:
+            if sql.startswith("EXPLAIN"):
+                raise StoreError("EXPLAIN is not allowed here")
+            return query_rows(sql, *args, **kwargs)
+
+        monkeypatch.setattr(store, "query_rows", refuse_explain)
     spans: list[SpanRow] = []
     for i in range(20):
         spans += hot_request("api", "GET /r", at(60 + i), 100.0, version="1.0.0")
@@ -172,7 +185,7 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     expected = [("api", "1.0.0", dt(at(60))), ("api", "2.0.0", dt(at(3595)))]
     with_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert with_index.rows() == expected
-    assert per_version_reads == ([2] if plan == "per version" else [])
+    assert per_version_reads == ([] if plan == "one scan" else [2])
     store.command("ALTER TABLE otel_traces DROP INDEX idx_res_attr_value", settings={"mutations_sync": 2})
     without_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert without_index.rows() == expected
