@@ -422,23 +422,17 @@ def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Win
     window it starts in; it is cold-path work when it is marked cold or its trace has no hot-path root.
     """
     start = pl.col("start_ns")
-    window = (
-        pl.when(
-            (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
-        )
-        .then(pl.lit("current"))
-        .when(
-            (start >= pl.lit(windows.baseline_start).dt.epoch("ns"))
-            & (start < pl.lit(windows.baseline_end).dt.epoch("ns"))
-        )
-        .then(pl.lit("baseline"))
+    current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
+    baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
+        start < pl.lit(windows.baseline_end).dt.epoch("ns")
     )
+    # Grouped by a boolean and named after: a string per span cost a third of this function.
     counts = (
-        llm_spans.filter(pl.col("is_llm"))
-        .with_columns(window.alias("window"))
-        .filter(pl.col("window").is_not_null())
-        .with_columns(pl.col("trace_key").is_in(roots["trace_key"].implode()).alias("hot"))
-        .group_by("window", "provider", "model")
+        llm_spans.filter(pl.col("is_llm") & (current | baseline))
+        .with_columns(
+            current.alias("current"), pl.col("trace_key").is_in(roots["trace_key"].implode()).alias("hot")
+        )
+        .group_by("current", "provider", "model")
         .agg(
             pl.len().alias("calls"),
             pl.col("errored").sum().alias("errors"),
@@ -447,6 +441,9 @@ def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Win
                 "retries"
             ),
             (pl.col("cold_marked") | ~pl.col("hot")).sum().alias("cold"),
+        )
+        .with_columns(
+            pl.when(pl.col("current")).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window")
         )
     )
     return counts.cast(pl.Schema(_SIGNAL_COUNTS_SCHEMA)).select(list(_SIGNAL_COUNTS_SCHEMA))
