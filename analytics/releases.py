@@ -164,12 +164,13 @@ _SCAN_MAX_ROWS = 2_000_000
 def _small_scan(store: Store, table: str, parameters: dict[str, Any]) -> bool:
     """Whether :func:`first_seen_sql` would read at most ``_SCAN_MAX_ROWS`` spans, by the engine's
     own estimate from its partition and primary-key pruning (a few ms). A store that gives no
-    estimate (a distributed table may not) counts as large: the per-version SELECTs are right there."""
+    estimate (a distributed table may not) counts as large, so it is read per version."""
     try:
+        # One row per table read: (database, table, parts, rows, marks).
         estimate = store.query_rows(f"EXPLAIN ESTIMATE {first_seen_sql(table)}", parameters)
     except StoreError:
         return False
-    return bool(estimate) and sum(int(row[3]) for row in estimate) <= _SCAN_MAX_ROWS
+    return bool(estimate) and sum(int(rows) for _, _, _, rows, _ in estimate) <= _SCAN_MAX_ROWS
 
 
 def _has_version_index(store: Store) -> bool:
