@@ -12,6 +12,7 @@ import json
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -24,6 +25,7 @@ from analytics.abandonment import (
     abandonment,
     abandonment_summary,
 )
+from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import (
     ATTRIBUTION_SCHEMA,
     ATTRIBUTION_SPANS_SCHEMA,
@@ -31,7 +33,6 @@ from analytics.attribution import (
     attribute,
     critical_path,
     llm_causes,
-    llm_signal_counts,
     llm_signals,
     tail_spans,
     tail_traces,
@@ -53,6 +54,13 @@ from analytics.hot_path import (
     hot_path_summary,
     request_rows,
     with_sync_llm_calls,
+)
+from analytics.llm_calls import (
+    LLM_CALLS_SCHEMA,
+    llm_call_rows,
+    llm_calls_summary,
+    signal_counts,
+    span_attempts,
 )
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import (
@@ -90,6 +98,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "attribution": ATTRIBUTION_SCHEMA,
     "attribution_spans": ATTRIBUTION_SPANS_SCHEMA,
     "llm_signals": LLM_SIGNALS_SCHEMA,
+    "llm_calls": LLM_CALLS_SCHEMA,
 }
 
 
@@ -142,6 +151,7 @@ class Analysis:
     attribution: pl.DataFrame
     attribution_spans: pl.DataFrame
     llm_signals: pl.DataFrame
+    llm_calls: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=LLM_CALLS_SCHEMA))
     bucket_ms: int = 500
     run_id: str = ""
 
@@ -262,6 +272,7 @@ class Analysis:
             "abandonment": abandonment_out,
             "retry_amplification": retries_out,
             "attribution": attribution_out,
+            "llm_calls": _records(self.llm_calls, list(LLM_CALLS_SCHEMA)),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -347,9 +358,17 @@ def analyze(
         # spans are still being read; the requests get their synchronous LLM calls after.
         rows = request_rows(roots, windows)
         tails = tail_traces(rows, conv)
-        # Tail traces and workflow traces in one pass (see analytics.trace_spans).
+        # Tail traces, workflow traces and the traces where a consumer may sit between the root and
+        # an LLM call, in one pass (see analytics.trace_spans, analytics.ancestry).
         trace_spans_f = sql.submit(
-            lambda: fetch_trace_spans(store, tails, workflows_f.result(), windows, conv)
+            lambda: fetch_trace_spans(
+                store,
+                tails,
+                workflows_f.result(),
+                windows,
+                conv,
+                boundaries=boundary_traces(llm_spans_f.result()),
+            )
         )
         # The last queries are small: they run while the traces are walked. Release times first, so
         # that the releases are computed while the jobs are read and only the jobs end the run.
@@ -363,8 +382,12 @@ def analyze(
         buckets_summary = abandonment_summary(rows, buckets, conv)
 
         llm_spans = first_of_each(llm_spans_f.result(), "span_key")
+        attempts = span_attempts(llm_spans)
+        trace_rows = trace_spans_f.result()
+        # LLM calls below a consumer are queued work, not part of the request they were enqueued by.
+        llm_spans = without_queued_calls(llm_spans, trace_rows)
         requests = with_sync_llm_calls(rows, llm_spans)
-        signal_counts = llm_signal_counts(llm_spans, roots, windows)
+        calls = llm_call_rows(llm_spans, attempts, roots["trace_key"], windows)
         del rows
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
@@ -372,8 +395,8 @@ def analyze(
         hot_series = hot_path_series(requests, every)
 
         # The trace walks take the few attributes they need from the LLM-span read.
-        trace_spans = with_span_attributes(trace_spans_f.result(), llm_spans)
-        del llm_spans
+        trace_spans = with_span_attributes(trace_rows, llm_spans, attempts)
+        del llm_spans, trace_rows
         # The critical-path walk is Python (it holds the interpreter) and the retry metrics are Polars
         # (they release it): run side by side, they keep both cores busy once the store is idle.
         walk_f = walk.submit(_attribution, requests, tails, trace_spans, conv)
@@ -381,7 +404,7 @@ def analyze(
         release_rows = releases(requests, release_times_f.result(), conv)
         attribution, attribution_spans, causes = walk_f.result()
         jobs = jobs_f.result()
-        signals = llm_signals(causes, signal_counts)
+        signals = llm_signals(causes, signal_counts(calls))
     finally:
         sql.shutdown(wait=True, cancel_futures=True)
         walk.shutdown(wait=True, cancel_futures=True)
@@ -401,6 +424,7 @@ def analyze(
         attribution=attribution,
         attribution_spans=attribution_spans,
         llm_signals=signals,
+        llm_calls=llm_calls_summary(calls),
     )
     return Analysis(
         start=windows.start,

@@ -7,15 +7,18 @@ computed as Jaeger's UI does it after Uber's CRISP: from the root, follow the la
 the parent owns the time after that child ended; then continue with the child that finished last
 before the current one started, and so on; gaps with no child running belong to the parent.
 Children overflowing their parent are clipped to it, children wholly outside are dropped, and
-Consumer children (queued work parented to its producer) are pruned as non-blocking. Every
-nanosecond of the root's duration is owned by exactly one span.
+cold-path boundaries (Consumer children — queued work parented to its producer, as Celery does —
+and messaging process/receive spans) are pruned as non-blocking. Every nanosecond of the root's
+duration is owned by exactly one span.
 
 Classes: a span is ``llm`` when it is an LLM span (see :mod:`analytics.conventions`) or lies below
 one — an LLM client's HTTP child is still the model's time — and its time is credited to that LLM
-span's name, provider and model. Every other span is ``internal``; so is the *own* time of
-structure spans (workflow, in-process agent, tool): time a workflow or tool span owns on the
-critical path is time no model call was running — orchestration, parsing, waiting in our code —
-while whatever runs inside them is credited to the spans that ran.
+span's name, provider and model — except the LLM span's own time between two of its HTTP attempts,
+which is the SDK's retry backoff and is labelled ``retry backoff`` (still ``llm``: the provider's
+429s caused it), so a slow provider and a throttling one read apart. Every other span is
+``internal``; so is the *own* time of structure spans (workflow, in-process agent, tool): time a
+workflow or tool span owns on the critical path is time no model call was running — orchestration,
+parsing, waiting in our code — while whatever runs inside them is credited to the spans that ran.
 
 Per class, the mean critical-path time per tail trace is compared between the windows:
 ``llm_delta_ms`` and ``internal_delta_ms`` are those changes (they sum to the change in mean tail
@@ -37,11 +40,13 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, first_of_each
+from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.conventions import (
     Conventions,
 )
+from analytics.llm_calls import SIGNAL_COUNTS_SCHEMA, llm_call_rows, signal_counts, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
-from analytics.trace_spans import TRACE_SPANS_SCHEMA
+from analytics.trace_spans import TRACE_SPANS_SCHEMA, fetch_structure
 from collectors.store import Store
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "ATTRIBUTION_SPANS_SCHEMA",
     "CRITICAL_PATH_SCHEMA",
     "LLM_SIGNALS_SCHEMA",
+    "RETRY_BACKOFF",
     "TAIL_SPANS_SCHEMA",
     "attribute",
     "critical_path",
@@ -74,6 +80,7 @@ TAIL_SPANS_SCHEMA: dict[str, Any] = {
         "is_llm",
         "provider",
         "model",
+        "is_boundary",
     )
 }
 
@@ -131,6 +138,9 @@ LLM_SIGNALS_SCHEMA: dict[str, Any] = {
 
 _KEYS = ["service", "operation"]
 
+# The label of an LLM call's critical-path time spent waiting between its attempts.
+RETRY_BACKOFF = "retry backoff"
+
 
 # --- tail selection (pure) ------------------------------------------------------------------
 
@@ -167,7 +177,8 @@ Span = tuple[Any, ...]
 
 
 def _trace_critical_path(rows: list[Span]) -> list[Span]:
-    """rows: (span_key, parent_key, name, kind, start, end, is_llm, provider, model) of one trace."""
+    """rows: (span_key, parent_key, name, kind, start, end, is_llm, provider, model, is_boundary) of one
+    trace."""
     # Plain dicts and locals throughout: a tail trace has a handful of spans, so the walk's cost is
     # per-trace overhead (a quarter less than with defaultdicts and a key function per sort).
     by_key = {r[0]: r for r in rows}
@@ -191,15 +202,18 @@ def _trace_critical_path(rows: list[Span]) -> list[Span]:
         if r[4] < root[4] or (r[4] == root[4] and r[5] - r[4] > root[5] - root[4]):
             root = r
     credit: dict[int, int] = {}
+    backoff: dict[int, int] = {}
 
     def walk(span: Span, lo: int, hi: int) -> None:
         # Backwards from the span's end: the child ending last (within [lo, hi)) is on the path, then
         # the child ending last before it started, and so on; the gaps are the span's own time.
         t = hi
         own = 0
+        # An LLM span's time between two of its children (HTTP attempts) is the SDK's retry backoff.
+        waited = 0
         kids = []
         for c in children.get(span[0], ()):
-            if c[3] == "Consumer":
+            if c[3] == "Consumer" or c[9]:
                 continue  # queued work parented to its producer does not block the request
             cs = c[4] if c[4] > lo else lo
             ce = c[5] if c[5] < hi else hi
@@ -207,18 +221,25 @@ def _trace_critical_path(rows: list[Span]) -> list[Span]:
                 kids.append((ce, cs, c))
         if len(kids) > 1:
             kids.sort(key=lambda k: (k[0], k[1]), reverse=True)
+        after_child = False
         for ce, cs, child in kids:
             if t <= lo:
                 break
             if ce > t:
                 continue  # ran in parallel with the critical child: not on the path
-            own += t - ce
+            if after_child and span[6]:
+                waited += t - ce
+            else:
+                own += t - ce
             walk(child, cs, ce)
             t = cs
+            after_child = True
         if t > lo:
             own += t - lo
         if own:
             credit[span[0]] = credit.get(span[0], 0) + own
+        if waited:
+            backoff[span[0]] = backoff.get(span[0], 0) + waited
 
     walk(root, root[4], root[5])
 
@@ -251,6 +272,8 @@ def _trace_critical_path(rows: list[Span]) -> list[Span]:
         self_ns = max(0, (end - start) - covered)
         if owner is not None:
             out.append((span[0], credit.get(span[0], 0), self_ns, "llm", owner[2], owner[7], owner[8]))
+            if span[0] in backoff:
+                out.append((span[0], backoff[span[0]], 0, "llm", RETRY_BACKOFF, owner[7], owner[8]))
         else:
             out.append((span[0], credit.get(span[0], 0), self_ns, "internal", span[2], "", ""))
     return out
@@ -400,53 +423,23 @@ def attribute(
 # --- LLM-side signals ---------------------------------------------------------------------------
 
 
-_SIGNAL_COUNTS_SCHEMA: dict[str, Any] = {
-    "window": pl.String,
-    "provider": pl.String,
-    "model": pl.String,
-    "calls": pl.Int64,
-    "errors": pl.Int64,
-    "throttled": pl.Int64,
-    "retries": pl.Int64,
-    "cold": pl.Int64,
-}
+def llm_signal_counts(
+    llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Windows, structure: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Per (window, provider, model): logical LLM calls, attempts, failed and 429 attempts, retries
+    and calls off the request path (:data:`analytics.llm_calls.SIGNAL_COUNTS_SCHEMA`), from
+    :func:`analytics.llm_spans.fetch_llm_spans` (one row per span), the hot-path roots of
+    :func:`analytics.llm_spans.fetch_roots` and, when calls may run below a consumer in a request's
+    trace, the structure of those traces. Pure.
 
-
-def llm_signal_counts(llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
-    """Per (window, provider, model): LLM spans, errors, 429s, retries and spans from cold-path work,
-    from :func:`analytics.llm_spans.fetch_llm_spans` (one row per span) and the hot-path roots of
-    :func:`analytics.llm_spans.fetch_roots`. Pure.
-
-    Retries are the attempts beyond the first of each logical call (spans − distinct (trace, parent,
-    name) calls) or the spans carrying a resend count, whichever is larger. A span belongs to the
-    window it starts in; it is cold-path work when it is marked cold or its trace has no hot-path root.
+    Failures and 429s are counted on the attempts that went over the wire (the HTTP children of each
+    LLM span), so a call that succeeded after a throttled attempt still shows its 429. A call is
+    cold-path work when it is marked cold, runs below a consumer, or its trace has no hot-path root.
     """
-    start = pl.col("start_ns")
-    current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
-    baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
-        start < pl.lit(windows.baseline_end).dt.epoch("ns")
-    )
-    # Grouped by a boolean and named after: a string per span cost a third of this function.
-    counts = (
-        llm_spans.filter(pl.col("is_llm") & (current | baseline))
-        .with_columns(
-            current.alias("current"), pl.col("trace_key").is_in(roots["trace_key"].implode()).alias("hot")
-        )
-        .group_by("current", "provider", "model")
-        .agg(
-            pl.len().alias("calls"),
-            pl.col("errored").sum().alias("errors"),
-            pl.col("throttled").sum(),
-            pl.max_horizontal(pl.len() - pl.col("call_key").n_unique(), (pl.col("resend") > 0).sum()).alias(
-                "retries"
-            ),
-            (pl.col("cold_marked") | ~pl.col("hot")).sum().alias("cold"),
-        )
-        .with_columns(
-            pl.when(pl.col("current")).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window")
-        )
-    )
-    return counts.cast(pl.Schema(_SIGNAL_COUNTS_SCHEMA)).select(list(_SIGNAL_COUNTS_SCHEMA))
+    if structure is not None:
+        llm_spans = without_queued_calls(llm_spans, structure)
+    calls = llm_call_rows(llm_spans, span_attempts(llm_spans), roots["trace_key"], windows)
+    return signal_counts(calls)
 
 
 def fetch_llm_signals(
@@ -454,12 +447,11 @@ def fetch_llm_signals(
 ) -> pl.DataFrame:
     """:func:`llm_signal_counts` for the (provider, model) pairs in ``pairs``, read from the store."""
     if pairs.is_empty():
-        return empty(_SIGNAL_COUNTS_SCHEMA)
-    counts = llm_signal_counts(
-        first_of_each(fetch_llm_spans(store, windows, conventions), "span_key"),
-        fetch_roots(store, windows, conventions),
-        windows,
-    )
+        return empty(SIGNAL_COUNTS_SCHEMA)
+    llm_spans = first_of_each(fetch_llm_spans(store, windows, conventions), "span_key")
+    roots = fetch_roots(store, windows, conventions)
+    structure = fetch_structure(store, boundary_traces(llm_spans), windows, conventions)
+    counts = llm_signal_counts(llm_spans, roots, windows, structure)
     return counts.join(pairs.select("provider", "model").unique(), on=["provider", "model"], how="semi")
 
 
@@ -480,9 +472,10 @@ def llm_signals(causes: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
     """Per cause: error, 429, retry rates and cold-path share of calls, baseline and current. Pure."""
     if causes.is_empty():
         return empty(LLM_SIGNALS_SCHEMA)
+    # Failures and 429s per attempt (what the provider answered), retries and cold share per call.
     rates = counts.with_columns(
-        (pl.col("errors") / pl.col("calls")).alias("error_rate"),
-        (pl.col("throttled") / pl.col("calls")).alias("throttle_rate"),
+        (pl.col("errors") / pl.col("attempts")).alias("error_rate"),
+        (pl.col("throttled") / pl.col("attempts")).alias("throttle_rate"),
         (pl.col("retries") / pl.col("calls")).alias("retry_rate"),
         (pl.col("cold") / pl.col("calls")).alias("cold_share"),
     )

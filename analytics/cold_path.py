@@ -1,12 +1,17 @@
 """Cold path: enqueue-to-ready per queued job (producer and consumer spans joined by job), then per-queue
 percentiles, the starvation verdict, a time series and the CDF (Polars).
 
-A job is a Producer span (the enqueue; queue = ``messaging.destination.name`` or the span name)
-and the Consumer span(s) that process it, found through a span link to the producer or, for a single
-message, as the producer's child. Enqueue-to-ready = last consumer end − producer start; queue wait
-= first consumer start − producer start; processing = the rest. A producer with no consumer started
-by the window's end is *pending*. A root span marked ``tailwatch.path=cold`` that is neither a
-producer nor a consumer is a job of its own (ready when it ends, no queue wait).
+A job is a Producer span (the enqueue; queue = ``messaging.destination.name``, else Celery's
+``messaging.destination``, else the span name) and the runs that process it: Consumer spans, or
+messaging ``process``/``receive`` spans of any kind (a pull consumer's receive is a Client span),
+found through a span link to the producer or, for a single message, as the producer's child (Celery's
+default). Producers sharing a ``messaging.message.id`` are one job: a retried Celery task is enqueued
+again with the same task id, and its job is ready when a run succeeds, not when the first run fails.
+Enqueue-to-ready = end of the last successful run (status not Error, ``celery.state`` not
+FAILURE/RETRY; the last run's end when none succeeded) − first producer start; queue wait = first run
+start − first producer start; processing = the rest. A job with no run started by the window's end is
+*pending*. A root span marked ``tailwatch.path=cold`` that is neither a producer nor a consumer is a
+job of its own (ready when it ends, no queue wait).
 """
 
 from __future__ import annotations
@@ -18,7 +23,16 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import IS_COLD_MARKED, KIND, QUEUE, Conventions
+from analytics.conventions import (
+    IS_BOUNDARY,
+    IS_COLD_MARKED,
+    KIND,
+    MAYBE_BOUNDARY,
+    MESSAGE_ID,
+    QUEUE,
+    RUN_FAILED,
+    Conventions,
+)
 from analytics.stats import percentile_exprs
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
@@ -44,6 +58,7 @@ JOBS_SCHEMA: dict[str, Any] = {
     "queue_wait_s": pl.Float64,
     "processing_s": pl.Float64,
     "enqueue_to_ready_s": pl.Float64,
+    "runs": pl.Int64,  # consumer runs (a retried task runs more than once)
 }
 
 COLD_PATH_SCHEMA: dict[str, Any] = {
@@ -59,6 +74,8 @@ COLD_PATH_SCHEMA: dict[str, Any] = {
     "processing_p99_s": pl.Float64,
     "p99_over_p50": pl.Float64,
     "starved": pl.Boolean,
+    "runs": pl.Int64,
+    "retried_jobs": pl.Int64,  # jobs that ran more than once
 }
 
 COLD_PATH_SERIES_SCHEMA: dict[str, Any] = {
@@ -90,6 +107,8 @@ JOB_SPANS_SCHEMA: dict[str, Any] = {
     "queue": pl.String,  # empty for consumers
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
+    "message_key": pl.UInt64,  # cityHash64(messaging.message.id) of a producer, 0 without one
+    "failed": pl.Boolean,  # a run that did not finish its job
 }
 
 
@@ -101,7 +120,8 @@ def _cold_roots_marked_in(table: str, column: str) -> str:
     return f"""
 SELECT toUInt8({_STANDALONE}) AS role, cityHash64(TraceId, SpanId) AS job_key, {QUEUE} AS queue,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
-       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
+       toUInt64(0) AS message_key, false AS failed
 FROM {table}
 WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND ParentSpanId = ''
   AND (has(mapKeys({column}), {{cv_path_attr:String}}) OR {{cv_cold:String}} = '')
@@ -121,13 +141,16 @@ def jobs_sql(table: str) -> str:
 SELECT if({KIND} = 'Producer', {_PRODUCER}, {_CONSUMER}) AS role,
        cityHash64(link.1, link.2) AS job_key, if(role = {_CONSUMER}, '', {QUEUE}) AS queue,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
-       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
+       if(role = {_PRODUCER} AND {MESSAGE_ID} != '', cityHash64({MESSAGE_ID}), toUInt64(0)) AS message_key,
+       role = {_CONSUMER} AND {RUN_FAILED} AS failed
 FROM {table}
 ARRAY JOIN if({KIND} = 'Producer', [(TraceId, SpanId)],
               if(notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
                  [(TraceId, ParentSpanId)])) AS link
-PREWHERE {KIND} IN ('Producer', 'Consumer')
+PREWHERE {KIND} = 'Producer' OR {MAYBE_BOUNDARY}
 WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}}
+  AND ({KIND} = 'Producer' OR {IS_BOUNDARY})
 UNION ALL
 {_cold_roots_marked_in(table, "SpanAttributes")}
 UNION ALL
@@ -142,11 +165,18 @@ def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.D
 
 
 def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
-    """Job spans (:data:`JOB_SPANS_SCHEMA`) → one row per job: ``queue``, ``enqueued_ns``, and
-    ``started_ns``/``ended_ns`` (null while no consumer started). Duplicate spans change nothing:
-    every column is a first, min or max per job. Pure."""
+    """Job spans (:data:`JOB_SPANS_SCHEMA`) → one row per job: ``queue``, ``enqueued_ns``,
+    ``started_ns``/``ended_ns`` (null while no run started) and ``runs``. Producers sharing a message
+    id are one job (a retried task), ready at the end of its first successful run. Duplicate spans
+    change nothing but ``runs``, which counts distinct runs. Pure."""
     empty_raw = pl.DataFrame(
-        schema={"queue": pl.String, "enqueued_ns": pl.Int64, "started_ns": pl.Int64, "ended_ns": pl.Int64}
+        schema={
+            "queue": pl.String,
+            "enqueued_ns": pl.Int64,
+            "started_ns": pl.Int64,
+            "ended_ns": pl.Int64,
+            "runs": pl.Int64,
+        }
     )
     if spans.is_empty():
         return empty_raw
@@ -155,12 +185,32 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
     producers = (
         spans.filter(role == _PRODUCER)
         .group_by("job_key")
-        .agg(pl.col("queue").first(), pl.col("start_ns").min().alias("enqueued_ns"))
+        .agg(pl.col("queue").first(), pl.col("start_ns").min(), pl.col("message_key").first())
+        .with_columns(
+            pl.when(pl.col("message_key") != 0)
+            .then(pl.col("message_key"))
+            .otherwise(pl.col("job_key"))
+            .alias("group_key")
+        )
     )
-    consumers = (
+    jobs = producers.group_by("group_key").agg(
+        pl.col("queue").sort_by("start_ns").first(), pl.col("start_ns").min().alias("enqueued_ns")
+    )
+    runs = (
         spans.filter(role == _CONSUMER)
-        .group_by("job_key")
-        .agg(pl.col("start_ns").min().alias("started_ns"), pl.col("end_ns").max().alias("ended_ns"))
+        .unique(subset=["job_key", "start_ns", "end_ns", "failed"])
+        .join(producers.select("job_key", "group_key"), on="job_key", how="inner")
+        .group_by("group_key")
+        .agg(
+            pl.col("start_ns").min().alias("started_ns"),
+            # Ready when its successful runs ended (a batch may be split over several); failed runs
+            # (a retried task's first tries) do not make it ready, and a job whose every run failed
+            # is over when the last one ends.
+            pl.coalesce(pl.col("end_ns").filter(~pl.col("failed")).max(), pl.col("end_ns").max()).alias(
+                "ended_ns"
+            ),
+            pl.len().cast(pl.Int64).alias("runs"),
+        )
     )
     standalone = (
         spans.filter(role == _STANDALONE)
@@ -170,11 +220,14 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
             pl.col("start_ns").min().alias("enqueued_ns"),
             pl.col("start_ns").min().alias("started_ns"),
             pl.col("end_ns").max().alias("ended_ns"),
+            pl.lit(1, pl.Int64).alias("runs"),
         )
     )
     return pl.concat(
         [
-            producers.join(consumers, on="job_key", how="left").select(empty_raw.columns),
+            jobs.join(runs, on="group_key", how="left")
+            .with_columns(pl.col("runs").fill_null(0))
+            .select(empty_raw.columns),
             standalone.select(empty_raw.columns),
         ]
     ).cast(pl.Schema(empty_raw.schema))
@@ -190,6 +243,7 @@ def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:
         ((pl.col("started_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("queue_wait_s"),
         ((pl.col("ended_ns") - pl.col("started_ns")).clip(lower_bound=0) / 1e9).alias("processing_s"),
         ((pl.col("ended_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("enqueue_to_ready_s"),
+        pl.col("runs").cast(pl.Int64) if "runs" in frame.columns else pl.lit(1, pl.Int64).alias("runs"),
     ).cast(pl.Schema(JOBS_SCHEMA))
 
 
@@ -207,6 +261,8 @@ def cold_path_summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFr
             *percentile_exprs("enqueue_to_ready_s", q),
             *percentile_exprs("queue_wait_s", {"queue_wait_p99_s": 0.99}),
             *percentile_exprs("processing_s", {"processing_p99_s": 0.99}),
+            pl.col("runs").sum().cast(pl.Int64).alias("runs"),
+            (pl.col("runs") > 1).sum().cast(pl.Int64).alias("retried_jobs"),
         )
         .with_columns(
             (pl.col("jobs") - pl.col("completed")).alias("pending"),

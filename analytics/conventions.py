@@ -8,6 +8,7 @@ parameters (see :meth:`Conventions.sql_parameters`), never as SQL text.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
@@ -36,12 +37,28 @@ class Conventions:
     """
 
     # --- span classification -------------------------------------------------------------
+    # Attribute lists are read in order, the first non-empty value wins; every list may have any
+    # length. The defaults cover the official OpenTelemetry instrumentations (openai-v2 with and
+    # without the GenAI opt-in, HTTP, Celery), Traceloop/OpenLLMetry before and after 0.55, and
+    # OpenInference (docs/analytics.md, "What tailwatch reads from each instrumentation").
     path_attribute: str = "tailwatch.path"  # span or resource attribute: "hot" / "cold"
     hot_value: str = "hot"
     cold_value: str = "cold"
     hot_root_kinds: tuple[str, ...] = ("Server",)
-    operation_attribute: str = "gen_ai.operation.name"
-    llm_operations: tuple[str, ...] = ("chat", "text_completion", "generate_content", "embeddings")
+    operation_attributes: tuple[str, ...] = ("gen_ai.operation.name", "llm.request.type")
+    llm_operations: tuple[str, ...] = (
+        "chat",
+        "text_completion",
+        "completion",
+        "generate_content",
+        "embeddings",
+        "embedding",
+    )
+    # Span-kind attributes of the LLM frameworks (OpenInference's LLM/CHAIN/AGENT/TOOL…, Traceloop's
+    # workflow/task/agent/tool): which values make a model call, which a workflow.
+    kind_attributes: tuple[str, ...] = ("openinference.span.kind", "traceloop.span.kind")
+    llm_kinds: tuple[str, ...] = ("LLM", "EMBEDDING")
+    workflow_kinds: tuple[str, ...] = ("workflow", "agent", "AGENT", "CHAIN")
     # invoke_agent is an LLM call when remote (kind Client), structure when in-process.
     remote_agent_operation: str = "invoke_agent"
     structure_operations: tuple[str, ...] = (
@@ -51,21 +68,61 @@ class Conventions:
         "create_agent",
     )
     workflow_operations: tuple[str, ...] = ("invoke_workflow", "invoke_agent")
-    provider_attributes: tuple[str, ...] = ("gen_ai.provider.name", "gen_ai.system")
-    model_attribute: str = "gen_ai.request.model"
-    workflow_name_attributes: tuple[str, ...] = ("gen_ai.workflow.name", "gen_ai.agent.name")
+    provider_attributes: tuple[str, ...] = (
+        "gen_ai.provider.name",
+        "gen_ai.system",
+        "llm.provider",
+        "llm.system",
+    )
+    # Provider names are lower-cased, then renamed by this table (from, to): Traceloop's "Azure" and
+    # the old "az.ai.openai" are the GenAI conventions' "azure.ai.openai".
+    provider_aliases: tuple[tuple[str, str], ...] = (
+        ("azure", "azure.ai.openai"),
+        ("az.ai.openai", "azure.ai.openai"),
+        ("azure_openai", "azure.ai.openai"),
+        ("google", "gcp.vertex_ai"),
+        ("bedrock", "aws.bedrock"),
+    )
+    model_attributes: tuple[str, ...] = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
+    workflow_name_attributes: tuple[str, ...] = (
+        "gen_ai.workflow.name",
+        "gen_ai.agent.name",
+        "traceloop.workflow.name",
+        "traceloop.entity.name",
+    )
     version_attribute: str = "service.version"
-    queue_attribute: str = "messaging.destination.name"
-    http_status_attribute: str = "http.response.status_code"
+    # Celery writes the routing key to the pre-1.24 messaging.destination.
+    queue_attributes: tuple[str, ...] = ("messaging.destination.name", "messaging.destination")
+    # A span of these messaging operations starts cold-path work, whatever its kind (a pull
+    # consumer's receive span is a Client span); so does every Consumer span.
+    messaging_operation_attributes: tuple[str, ...] = ("messaging.operation.type", "messaging.operation")
+    consumer_operations: tuple[str, ...] = ("process", "receive")
+    message_id_attribute: str = "messaging.message.id"
+    # A consumer run that did not finish its job (Celery: a failure or a retry).
+    run_state_attribute: str = "celery.state"
+    failed_run_states: tuple[str, ...] = ("FAILURE", "RETRY")
+    # HTTP: the stable names first, the pre-1.21 ones the instrumentations still emit by default.
+    http_status_attributes: tuple[str, ...] = ("http.response.status_code", "http.status_code")
+    http_method_attributes: tuple[str, ...] = ("http.request.method", "http.method")
     abandon_status_codes: tuple[str, ...] = ("499",)
     abandon_attribute: str = "tailwatch.abandoned"
     throttle_status_codes: tuple[str, ...] = ("429",)
     error_type_attribute: str = "error.type"
-    resend_attribute: str = "http.request.resend_count"
-    input_token_attributes: tuple[str, ...] = ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens")
+    # Retry numbers of an HTTP attempt: the HTTP convention's resend count, and the OpenAI/Anthropic
+    # SDKs' retry header when request headers are captured (recorded as a one-element array).
+    resend_attributes: tuple[str, ...] = (
+        "http.request.resend_count",
+        "http.request.header.x-stainless-retry-count",
+    )
+    input_token_attributes: tuple[str, ...] = (
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.prompt_tokens",
+        "llm.token_count.prompt",
+    )
     output_token_attributes: tuple[str, ...] = (
         "gen_ai.usage.output_tokens",
         "gen_ai.usage.completion_tokens",
+        "llm.token_count.completion",
     )
     # Spans of a trace may start after the analysis window closes (the request began inside it):
     # per-trace reductions read this much past the end.
@@ -108,6 +165,17 @@ class Conventions:
     rollup_significant_digits: int = 3
 
     def __post_init__(self) -> None:
+        # Config files give the alias table as a TOML table or a list of pairs.
+        aliases: Any = self.provider_aliases
+        if isinstance(aliases, Mapping):
+            aliases = list(aliases.items())
+        try:
+            pairs = tuple((str(a).lower(), str(b)) for a, b in aliases)
+        except (TypeError, ValueError):
+            raise ConventionsError(
+                'conventions: provider_aliases must map names to names, e.g. { Azure = "azure.ai.openai" }'
+            ) from None
+        object.__setattr__(self, "provider_aliases", pairs)
         _positive = (
             "min_release_requests",
             "bootstrap_samples",
@@ -171,28 +239,35 @@ class Conventions:
             "cv_hot": self.hot_value,
             "cv_cold": self.cold_value,
             "cv_hot_kinds": list(self.hot_root_kinds),
-            "cv_op_attr": self.operation_attribute,
+            "cv_op_attrs": list(self.operation_attributes),
             "cv_llm_ops": list(self.llm_operations),
+            "cv_kind_attrs": list(self.kind_attributes),
+            "cv_llm_kinds": list(self.llm_kinds),
+            "cv_workflow_kinds": list(self.workflow_kinds),
             "cv_remote_agent": self.remote_agent_operation,
             "cv_structure_ops": list(self.structure_operations),
             "cv_workflow_ops": list(self.workflow_operations),
-            "cv_provider_attr0": self.provider_attributes[0] if self.provider_attributes else "",
-            "cv_provider_attr1": self.provider_attributes[1] if len(self.provider_attributes) > 1 else "",
-            "cv_model_attr": self.model_attribute,
-            "cv_wf_attr0": self.workflow_name_attributes[0] if self.workflow_name_attributes else "",
-            "cv_wf_attr1": self.workflow_name_attributes[1] if len(self.workflow_name_attributes) > 1 else "",
+            "cv_provider_attrs": list(self.provider_attributes),
+            "cv_provider_from": [a.lower() for a, _ in self.provider_aliases],
+            "cv_provider_to": [b for _, b in self.provider_aliases],
+            "cv_model_attrs": list(self.model_attributes),
+            "cv_wf_attrs": list(self.workflow_name_attributes),
             "cv_version_attr": self.version_attribute,
-            "cv_queue_attr": self.queue_attribute,
-            "cv_http_status_attr": self.http_status_attribute,
+            "cv_queue_attrs": list(self.queue_attributes),
+            "cv_msg_op_attrs": list(self.messaging_operation_attributes),
+            "cv_consumer_ops": list(self.consumer_operations),
+            "cv_msg_id_attr": self.message_id_attribute,
+            "cv_run_state_attr": self.run_state_attribute,
+            "cv_failed_states": list(self.failed_run_states),
+            "cv_http_status_attrs": list(self.http_status_attributes),
+            "cv_http_method_attrs": list(self.http_method_attributes),
             "cv_abandon_codes": list(self.abandon_status_codes),
             "cv_abandon_attr": self.abandon_attribute,
             "cv_throttle_codes": list(self.throttle_status_codes),
             "cv_error_type_attr": self.error_type_attribute,
-            "cv_resend_attr": self.resend_attribute,
-            "cv_in_tok0": self.input_token_attributes[0] if self.input_token_attributes else "",
-            "cv_in_tok1": self.input_token_attributes[1] if len(self.input_token_attributes) > 1 else "",
-            "cv_out_tok0": self.output_token_attributes[0] if self.output_token_attributes else "",
-            "cv_out_tok1": self.output_token_attributes[1] if len(self.output_token_attributes) > 1 else "",
+            "cv_resend_attrs": list(self.resend_attributes),
+            "cv_in_toks": list(self.input_token_attributes),
+            "cv_out_toks": list(self.output_token_attributes),
         }
 
 
@@ -212,15 +287,32 @@ def _span(key: str) -> str:
     return _attr("SpanAttributes", key)
 
 
-OP = _span("cv_op_attr")
+def _first(keys: str, column: str = "SpanAttributes") -> str:
+    """The value of the first key of the ``Array(String)`` parameter ``keys`` present in ``column``
+    with a non-empty value ('' when none): an attribute list of any length, still one parameter."""
+    return (
+        f"arrayFirst(v -> v != '', arrayMap(k -> {column}.values[indexOf({column}.keys, k)], "
+        f"{{{keys}:Array(String)}}))"
+    )
+
+
+def _has_any(keys: str) -> str:
+    """Whether a span carries any key of the parameter ``keys``: reads the key subcolumn only."""
+    return f"hasAny(SpanAttributes.keys, {{{keys}:Array(String)}})"
+
+
+OP = _first("cv_op_attrs")
+FRAMEWORK_KIND = _first("cv_kind_attrs")
 PATH = (
     f"if({_span('cv_path_attr')} != '', {_span('cv_path_attr')}, "
     f"{_attr('ResourceAttributes', 'cv_path_attr')})"
 )
+_RAW_PROVIDER = f"lower({_first('cv_provider_attrs')})"
 PROVIDER = (
-    f"if({_span('cv_provider_attr0')} != '', {_span('cv_provider_attr0')}, {_span('cv_provider_attr1')})"
+    f"transform({_RAW_PROVIDER}, {{cv_provider_from:Array(String)}}, {{cv_provider_to:Array(String)}}, "
+    f"{_RAW_PROVIDER})"
 )
-MODEL = _span("cv_model_attr")
+MODEL = _first("cv_model_attrs")
 VERSION = _attr("ResourceAttributes", "cv_version_attr")
 IS_ROOT = "ParentSpanId = ''"
 IS_HOT_ROOT = (
@@ -233,47 +325,58 @@ MAYBE_MARKED_HOT = (
     "(has(SpanAttributes.keys, {cv_path_attr:String}) OR has(ResourceAttributes.keys, {cv_path_attr:String}) "
     "OR {cv_hot:String} = '')"
 )
-# An LLM span: a model call by operation name, a remote agent call, or a provider without operation.
+# An LLM span: a model call by operation name or framework span kind, a remote agent call, or a
+# provider without operation.
 IS_LLM = (
     f"({OP} IN {{cv_llm_ops:Array(String)}} "
+    f"OR {FRAMEWORK_KIND} IN {{cv_llm_kinds:Array(String)}} "
     f"OR ({OP} = {{cv_remote_agent:String}} AND {KIND} = 'Client') "
-    f"OR ({OP} = '' AND {PROVIDER} != ''))"
+    f"OR ({OP} = '' AND {FRAMEWORK_KIND} = '' AND {_RAW_PROVIDER} != ''))"
 )
-IS_WORKFLOW = f"({OP} IN {{cv_workflow_ops:Array(String)}})"
-WORKFLOW_NAME = (
-    f"multiIf({_span('cv_wf_attr0')} != '', {_span('cv_wf_attr0')}, "
-    f"{_span('cv_wf_attr1')} != '', {_span('cv_wf_attr1')}, SpanName)"
+IS_WORKFLOW = (
+    f"(({OP} IN {{cv_workflow_ops:Array(String)}} "
+    f"AND NOT ({OP} = {{cv_remote_agent:String}} AND {KIND} = 'Client')) "
+    f"OR {FRAMEWORK_KIND} IN {{cv_workflow_kinds:Array(String)}})"
 )
+WORKFLOW_NAME = f"if({_first('cv_wf_attrs')} != '', {_first('cv_wf_attrs')}, SpanName)"
+HTTP_STATUS = f"toUInt16OrZero({_first('cv_http_status_attrs')})"
+# Where cold-path work starts: a consumer span, or a messaging process/receive span of any kind.
+IS_BOUNDARY = f"({KIND} = 'Consumer' OR {_first('cv_msg_op_attrs')} IN {{cv_consumer_ops:Array(String)}})"
+MAYBE_BOUNDARY = f"({KIND} = 'Consumer' OR {_has_any('cv_msg_op_attrs')})"
+# An HTTP client span: a physical attempt when its parent is an LLM span.
+IS_HTTP_CLIENT = f"({KIND} = 'Client' AND {_first('cv_http_method_attrs')} != '')"
+MAYBE_HTTP_CLIENT = f"({KIND} = 'Client' AND {_has_any('cv_http_method_attrs')})"
 ABANDONED = (
-    f"({_span('cv_http_status_attr')} IN {{cv_abandon_codes:Array(String)}} "
+    f"({_first('cv_http_status_attrs')} IN {{cv_abandon_codes:Array(String)}} "
     f"OR lower({_span('cv_abandon_attr')}) = 'true')"
 )
 THROTTLED = (
-    f"({_span('cv_http_status_attr')} IN {{cv_throttle_codes:Array(String)}} "
+    f"({_first('cv_http_status_attrs')} IN {{cv_throttle_codes:Array(String)}} "
     f"OR {_span('cv_error_type_attr')} IN {{cv_throttle_codes:Array(String)}})"
 )
-ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '')"
-RESEND = f"toUInt32OrZero({_span('cv_resend_attr')})"
-TOKENS = (
-    f"(toUInt64OrZero(if({_span('cv_in_tok0')} != '', {_span('cv_in_tok0')}, {_span('cv_in_tok1')})) + "
-    f"toUInt64OrZero(if({_span('cv_out_tok0')} != '', {_span('cv_out_tok0')}, {_span('cv_out_tok1')})))"
-)
-QUEUE = f"if({_span('cv_queue_attr')} != '', {_span('cv_queue_attr')}, SpanName)"
+# Failed: an error status, an error type, or an HTTP error status (the HTTP instrumentations set the
+# status on 4xx of a client span; older ones only the status code).
+ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '' OR {HTTP_STATUS} >= 400)"
+# The captured retry header is recorded as a one-element array ('["1"]'): the digits are the number.
+RESEND = f"toUInt32OrZero(extract({_first('cv_resend_attrs')}, '[0-9]+'))"
+TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_out_toks')}))"
+QUEUE = f"if({_first('cv_queue_attrs')} != '', {_first('cv_queue_attrs')}, SpanName)"
+MESSAGE_ID = _span("cv_msg_id_attr")
+RUN_FAILED = f"({STATUS} = 'Error' OR {_span('cv_run_state_attr')} IN {{cv_failed_states:Array(String)}})"
 
 # Cheap necessary conditions, for PREWHERE: they read only the maps' key subcolumns (a key lookup
 # reads the whole map column), so the maps of spans that cannot match are never decompressed.
-# IS_LLM needs the operation key or a provider key (unless a convention matches the empty value).
+# IS_LLM needs an operation, framework-kind or provider key (unless a convention matches the empty
+# value).
 MAYBE_LLM = (
-    "(has(SpanAttributes.keys, {cv_op_attr:String}) "
-    "OR has(SpanAttributes.keys, {cv_provider_attr0:String}) "
-    "OR has(SpanAttributes.keys, {cv_provider_attr1:String}) "
-    "OR has({cv_llm_ops:Array(String)}, '') OR {cv_remote_agent:String} = '')"
+    f"({_has_any('cv_op_attrs')} OR {_has_any('cv_kind_attrs')} OR {_has_any('cv_provider_attrs')} "
+    "OR has({cv_llm_ops:Array(String)}, '') OR has({cv_llm_kinds:Array(String)}, '') "
+    "OR {cv_remote_agent:String} = '')"
 )
 # Token or resend counts need their keys.
-MAYBE_COUNTED = (
-    "(has(SpanAttributes.keys, {cv_resend_attr:String}) "
-    "OR has(SpanAttributes.keys, {cv_in_tok0:String}) OR has(SpanAttributes.keys, {cv_in_tok1:String}) "
-    "OR has(SpanAttributes.keys, {cv_out_tok0:String}) OR has(SpanAttributes.keys, {cv_out_tok1:String}))"
+MAYBE_COUNTED = f"({_has_any('cv_resend_attrs')} OR {_has_any('cv_in_toks')} OR {_has_any('cv_out_toks')})"
+# IS_WORKFLOW needs an operation or framework-kind key (unless a workflow value is the empty one).
+MAYBE_WORKFLOW = (
+    f"({_has_any('cv_op_attrs')} OR {_has_any('cv_kind_attrs')} "
+    "OR has({cv_workflow_ops:Array(String)}, '') OR has({cv_workflow_kinds:Array(String)}, ''))"
 )
-# IS_WORKFLOW needs the operation key (unless a workflow operation is the empty value).
-MAYBE_WORKFLOW = "(has(SpanAttributes.keys, {cv_op_attr:String}) OR has({cv_workflow_ops:Array(String)}, ''))"

@@ -32,12 +32,16 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import (
     ABANDONED,
     ERRORED,
+    IS_BOUNDARY,
     IS_COLD_MARKED,
     IS_HOT_ROOT,
+    IS_HTTP_CLIENT,
     IS_LLM,
     IS_WORKFLOW,
     KIND,
+    MAYBE_BOUNDARY,
     MAYBE_COUNTED,
+    MAYBE_HTTP_CLIENT,
     MAYBE_LLM,
     MAYBE_MARKED_HOT,
     MAYBE_WORKFLOW,
@@ -77,22 +81,29 @@ ROOTS_SCHEMA: dict[str, Any] = {
 LLM_SPANS_SCHEMA: dict[str, Any] = {
     "trace_key": pl.UInt64,  # cityHash64(TraceId)
     "span_key": pl.UInt64,  # cityHash64(TraceId, SpanId): duplicates share it
-    "call_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId, SpanName): attempts of one call share it
+    "parent_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId): the parent's span_key
+    "call_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId, SpanName): same-name siblings share it
     "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
     "provider": pl.Categorical(),
     "model": pl.Categorical(),
-    "is_llm": pl.Boolean,  # false for the other spans carrying tokens or a resend count
-    "errored": pl.Boolean,
+    "is_llm": pl.Boolean,  # false for the other spans this read returns
+    "errored": pl.Boolean,  # error status, error.type, or an HTTP status >= 400
     "throttled": pl.Boolean,
     "tokens": pl.Int64,
-    "resend": pl.Int64,  # http.request.resend_count, 0 when absent
+    "resend": pl.Int64,  # the resend count or the SDK's retry header, 0 when absent
     "cold_marked": pl.Boolean,
-    # An LLM call on the request path of its trace: not a hot root itself, not marked cold, not a
-    # message consumer (queued work parented to its producer is not on the request path).
+    # An LLM call that may be on the request path of its trace: not a hot root itself, not marked
+    # cold, not a consumer. Whether a consumer lies between it and the root takes the trace's
+    # structure (analytics.ancestry); analyze() clears it for the calls below one.
     "sync": pl.Boolean,
     # A workflow span (see analytics.retries: its span_key names it), with its workflow name ('' otherwise).
     "is_workflow": pl.Boolean,
     "workflow": pl.Categorical(),
+    # Where cold-path work starts: a consumer, or a messaging process/receive span.
+    "is_boundary": pl.Boolean,
+    # An HTTP client span whose parent is an LLM span: one physical attempt of that call.
+    "is_attempt": pl.Boolean,
 }
 
 # Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. In the query's own
@@ -122,21 +133,34 @@ WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{
 
 
 def llm_spans_sql(table: str) -> str:
-    """LLM spans, other spans carrying tokens or a resend count, and workflow spans, started in either
-    window or its margin, one row per span."""
+    """LLM spans, the HTTP attempts below them, other spans carrying tokens or a resend count,
+    workflow spans and cold-path boundary spans, started in either window or its margin, one row
+    per span."""
+    # An HTTP client span is an attempt when its parent is an LLM span: the IN set of LLM span keys
+    # is built once by a second pass over the spans that can be LLM spans, so the other HTTP client
+    # spans (a service's own outbound calls) never leave the store.
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
+       cityHash64(TraceId, ParentSpanId) AS parent_key,
        cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
        toLowCardinality({PROVIDER}) AS provider, toLowCardinality({MODEL}) AS model,
        {IS_LLM} AS is_llm, {ERRORED} AS errored, {THROTTLED} AS throttled,
        toInt64({TOKENS}) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
-       is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND {KIND} != 'Consumer' AS sync,
+       {IS_BOUNDARY} AS is_boundary,
+       is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND NOT is_boundary AS sync,
        {IS_WORKFLOW} AS is_workflow,
-       toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow
+       toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow,
+       NOT is_llm AND ParentSpanId != '' AND {IS_HTTP_CLIENT}
+           AND parent_key IN (
+               SELECT cityHash64(TraceId, SpanId) FROM {table}
+               PREWHERE {MAYBE_LLM}
+               WHERE {_IN_WINDOWS} AND {IS_LLM}
+           ) AS is_attempt
 FROM {table}
-PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW}
-WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow)
+PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW} OR {MAYBE_BOUNDARY} OR {MAYBE_HTTP_CLIENT}
+WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow OR is_boundary OR is_attempt)
 {_DICTIONARIES}
 """
 

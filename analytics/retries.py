@@ -1,12 +1,18 @@
 """Per-hop retry amplification of agent workflows.
 
-A workflow is a trace containing a span whose ``gen_ai.operation.name`` is ``invoke_workflow`` or
-``invoke_agent`` (the earliest such span is the workflow span; its name from
-``gen_ai.workflow.name`` / ``gen_ai.agent.name`` or the span name). Its *hops* are the distinct
-names of the workflow span's direct children. Sibling spans with the same parent and name are
-attempts of one logical call (the OTel HTTP convention, one span per attempt); a call's attempts
-are ``max(spans, highest http.request.resend_count + 1)``. An attempt's tokens are the GenAI usage
-(input + output, or the older prompt/completion names) of the attempt span and every span below it.
+A workflow is a trace containing a workflow span: ``gen_ai.operation.name`` ``invoke_workflow`` or
+in-process ``invoke_agent``, Traceloop's ``traceloop.span.kind`` ``workflow``/``agent``, or
+OpenInference's ``AGENT``/``CHAIN`` (the earliest such span is the workflow span; its name from
+``gen_ai.workflow.name`` / ``gen_ai.agent.name`` / ``traceloop.workflow.name`` or the span name).
+Its *hops* are the distinct names of the workflow span's direct children.
+
+Same-name children of the workflow span are attempts of one logical call only when the earlier one
+failed (error status, error type, HTTP status >= 400) or the later one carries a resend count, and
+the later one starts after the earlier one ended: an agent calling the same model three times in a
+row makes three calls. A call's attempts are its sibling spans plus the attempts the provider SDK
+made inside them (each LLM span's HTTP attempts beyond the first, anywhere below:
+:mod:`analytics.llm_calls`). An attempt's tokens are the usage (input + output, under any of the
+conventions' names) of the attempt span and every span below it.
 
 Per workflow: ``attempt_amplification`` = attempts / logical calls (observed),
 ``token_amplification`` = tokens of all attempts / tokens of the final attempts (observed), and
@@ -44,8 +50,11 @@ WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
     "parent_key": pl.UInt64,  # cityHash64(TraceId, ParentSpanId): the parent's span_key
     "name": pl.String,
     "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "failed": pl.Boolean,
     "tokens": pl.Int64,
     "resend": pl.Int64,
+    "extra_attempts": pl.Int64,  # an LLM span's SDK-internal attempts beyond the first
     "wf_span_key": pl.UInt64,  # span_key of the trace's workflow span
     "workflow": pl.String,
 }
@@ -121,27 +130,40 @@ def workflow_spans(
     )
 
 
-def _attempt_tokens(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
-    """Tokens of each attempt: its own plus its descendants', by walking parents up to the attempt.
-    Ids are the 64-bit keys :func:`retry_metrics` gives them."""
+def _attempt_totals(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame:
+    """Tokens and SDK-internal extra attempts of each attempt: its own plus its descendants', by
+    walking parents up to the attempt. Ids are the 64-bit keys :func:`retry_metrics` gives them."""
     keys = attempts.select(pl.col("span").alias("cur"), pl.lit(True).alias("is_attempt"))
     parents = spans.select(pl.col("span").alias("cur"), pl.col("parent").alias("up"))
-    pending = spans.filter(pl.col("tokens") > 0).select("tokens", pl.col("span").alias("cur"))
+    pending = spans.filter((pl.col("tokens") > 0) | (pl.col("extra_attempts") > 0)).select(
+        "tokens", "extra_attempts", pl.col("span").alias("cur")
+    )
     owned: list[pl.DataFrame] = []
     for _ in range(_MAX_DEPTH):
         if pending.is_empty():
             break
         joined = pending.join(keys, on="cur", how="left")
-        owned.append(joined.filter(pl.col("is_attempt")).select(pl.col("cur").alias("span"), "tokens"))
+        owned.append(
+            joined.filter(pl.col("is_attempt")).select(
+                pl.col("cur").alias("span"), "tokens", "extra_attempts"
+            )
+        )
         pending = (
             joined.filter(pl.col("is_attempt").is_null())
             .join(parents, on="cur", how="inner")
-            .select("tokens", pl.col("up").alias("cur"))
+            .select("tokens", "extra_attempts", pl.col("up").alias("cur"))
         )
     if not owned:
-        return pl.DataFrame(schema={"span": pl.UInt64, "attempt_tokens": pl.Int64})
+        return pl.DataFrame(
+            schema={"span": pl.UInt64, "attempt_tokens": pl.Int64, "inner_attempts": pl.Int64}
+        )
     return (
-        pl.concat(owned).group_by("span").agg(pl.col("tokens").sum().cast(pl.Int64).alias("attempt_tokens"))
+        pl.concat(owned)
+        .group_by("span")
+        .agg(
+            pl.col("tokens").sum().cast(pl.Int64).alias("attempt_tokens"),
+            pl.col("extra_attempts").sum().cast(pl.Int64).alias("inner_attempts"),
+        )
     )
 
 
@@ -157,19 +179,33 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("name").cast(pl.Categorical),
         pl.col("workflow").cast(pl.Categorical),
         "start_ns",
+        "end_ns",
+        "failed",
         "tokens",
         "resend",
+        "extra_attempts",
     )
     attempts = spans.filter(pl.col("is_attempt"))
     if attempts.is_empty():
         return empty(RETRY_HOPS_SCHEMA), empty(RETRY_AMPLIFICATION_SCHEMA)
     attempts = (
-        attempts.join(_attempt_tokens(spans, attempts), on="span", how="left")
-        .with_columns(pl.col("attempt_tokens").fill_null(0))
+        attempts.join(_attempt_totals(spans, attempts), on="span", how="left")
+        .with_columns(pl.col("attempt_tokens", "inner_attempts").fill_null(0))
         .with_columns((pl.col("start_ns") - pl.col("start_ns").min().over("trace")).alias("offset_ns"))
+        .sort("trace", "name", "start_ns")
     )
-    calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop")).agg(
-        pl.max_horizontal(pl.len().cast(pl.Int64), pl.col("resend").max() + 1).alias("attempts"),
+    # A sibling continues the call before it only after a failure (or when it says it is a resend).
+    previous_end = pl.col("end_ns").shift(1).over("trace", "name")
+    retries_previous = (
+        previous_end.is_not_null()
+        & (pl.col("failed").shift(1).over("trace", "name") | (pl.col("resend") > 0))
+        & (pl.col("start_ns") >= previous_end)
+    )
+    attempts = attempts.with_columns(
+        (~retries_previous).cast(pl.Int64).cum_sum().over("trace", "name").alias("call_no")
+    )
+    calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop"), "call_no").agg(
+        (pl.len() + pl.col("inner_attempts").sum()).cast(pl.Int64).alias("attempts"),
         pl.col("attempt_tokens").sum().alias("tokens"),
         # The final attempt is the latest one to start.
         pl.col("attempt_tokens").sort_by("start_ns").last().alias("final_tokens"),

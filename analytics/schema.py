@@ -134,6 +134,14 @@ def _release_times(ctx: DDLContext) -> list[str]:
     return ctx.create_table(RELEASE_TIMES_TABLE, body, tail="ORDER BY (service, version)")
 
 
+def _cold_path_runs(ctx: DDLContext) -> list[str]:
+    # Tables made before the cold path counted runs: a fresh store has the columns from v3 already.
+    return [
+        f"ALTER TABLE {ctx.name(history_table('cold_path'))}{ctx.on_cluster} "
+        "ADD COLUMN IF NOT EXISTS `runs` Int64, ADD COLUMN IF NOT EXISTS `retried_jobs` Int64"
+    ]
+
+
 def _m(version: int, name: str, render: Callable[[DDLContext], list[str]]) -> Migration:
     return Migration("analytics", version, name, render)
 
@@ -145,4 +153,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     _m(4, ROLLUPS_TABLE, _rollups),
     _m(5, ROLLUP_RUNS_TABLE, _rollup_runs),
     _m(6, RELEASE_TIMES_TABLE, _release_times),
+    _m(7, "tailwatch_analysis_cold_path runs", _cold_path_runs),
 )

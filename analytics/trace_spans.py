@@ -22,13 +22,23 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty, first_of_each, normalize
-from analytics.conventions import IS_HOT_ROOT, IS_WORKFLOW, KIND, MAYBE_WORKFLOW, Conventions
+from analytics.conventions import (
+    IS_BOUNDARY,
+    IS_HOT_ROOT,
+    IS_WORKFLOW,
+    KIND,
+    MAYBE_BOUNDARY,
+    MAYBE_WORKFLOW,
+    STATUS,
+    Conventions,
+)
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
 __all__ = [
     "TRACE_SPANS_SCHEMA",
     "TRACE_SPAN_ROWS_SCHEMA",
+    "fetch_structure",
     "fetch_trace_spans",
     "trace_spans_sql",
     "with_span_attributes",
@@ -46,6 +56,7 @@ TRACE_SPAN_ROWS_SCHEMA: dict[str, Any] = {
     "kind": pl.String,
     "start_ns": pl.Int64,
     "end_ns": pl.Int64,
+    "failed": pl.Boolean,  # status Error (the LLM-span read adds error types and HTTP statuses)
 }
 
 # What the metrics read: the structure plus the attributes of :func:`with_span_attributes`.
@@ -56,6 +67,8 @@ TRACE_SPANS_SCHEMA: dict[str, Any] = {
     "model": pl.String,
     "tokens": pl.Int64,
     "resend": pl.Int64,
+    "is_boundary": pl.Boolean,  # a consumer or messaging process/receive span
+    "extra_attempts": pl.Int64,  # an LLM span's HTTP attempts beyond the first
 }
 
 
@@ -81,6 +94,10 @@ def _by_floors(table: str) -> str:
     SELECT cityHash64(TraceId) FROM {table}
     PREWHERE {{workflows:Bool}} AND {MAYBE_WORKFLOW}
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
+    UNION ALL
+    SELECT cityHash64(TraceId) FROM {table}
+    PREWHERE {{boundaries:Bool}} AND ParentSpanId != '' AND {MAYBE_BOUNDARY}
+    WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}} AND {IS_BOUNDARY}
 """
 
 
@@ -97,8 +114,9 @@ def trace_spans_sql(table: str, key_set: str | None) -> str:
     :meth:`collectors.store.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
     Otherwise the query chooses them itself: the hot-path requests at or above their
     (service, operation, window)'s duration floor and, with ``{workflows}``, the traces with a
-    workflow span in the current window — a list of every workflow trace of a day would exceed what
-    a ClickHouse server accepts as a query parameter, and re-reading the roots costs more than
+    workflow span in the current window and, with ``{boundaries}``, the traces with a cold-path
+    boundary below their root — a list of every workflow trace of a day would exceed what a
+    ClickHouse server accepts as a query parameter, and re-reading the roots costs more than
     handing the keys to the embedded engine.
     """
     selection = key_set if key_set is not None else f"({_by_floors(table)})"
@@ -107,7 +125,8 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        cityHash64(TraceId, ParentSpanId) AS parent_key, if(ParentSpanId = '', TraceId, '') AS trace_id,
        SpanName AS name,
        {KIND} AS kind, toUnixTimestamp64Nano(Timestamp) AS start_ns,
-       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns
+       toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
+       {STATUS} = 'Error' AS failed
 FROM {table}
 -- The IN set is built once; as PREWHERE, only the id column is read for spans of other traces.
 PREWHERE cityHash64(TraceId) IN {selection}
@@ -136,11 +155,14 @@ def fetch_trace_spans(
     windows: Windows,
     conventions: Conventions,
     *,
+    boundaries: pl.Series | None = None,
     by_keys: bool | None = None,
 ) -> pl.DataFrame:
-    """Spans of the tail traces (``tails``, see :func:`analytics.attribution.tail_traces`) and of the
-    workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`), in
-    :data:`TRACE_SPAN_ROWS_SCHEMA` (attributes follow with :func:`with_span_attributes`).
+    """Spans of the tail traces (``tails``, see :func:`analytics.attribution.tail_traces`), of the
+    workflow traces (``workflows``: ``trace_key``, see :func:`analytics.retries.fetch_workflows`) and
+    of the traces whose structure decides which LLM calls are queued work (``boundaries``, see
+    :func:`analytics.ancestry.boundary_traces`), in :data:`TRACE_SPAN_ROWS_SCHEMA` (attributes follow
+    with :func:`with_span_attributes`).
 
     The embedded engine gets the trace keys as a temporary set table
     (:meth:`collectors.store.Store.key_set`); a server store (``by_keys`` False) has the query choose
@@ -151,6 +173,8 @@ def fetch_trace_spans(
     keys = tails["trace_key"].unique()
     if workflows is not None:
         keys = pl.concat([keys, workflows["trace_key"].cast(pl.UInt64)])
+    if boundaries is not None:
+        keys = pl.concat([keys, boundaries.cast(pl.UInt64)])
     if keys.is_empty():
         return empty(TRACE_SPAN_ROWS_SCHEMA)
     params: dict[str, Any] = {
@@ -174,6 +198,7 @@ def fetch_trace_spans(
             "base_ops": base_ops,
             "base_floor": base_floor,
             "workflows": workflows is not None and workflows.height > 0,
+            "boundaries": boundaries is not None and boundaries.len() > 0,
         }
         frame = store.query_polars(trace_spans_sql(table, None), params)
     if frame.is_empty():
@@ -187,11 +212,26 @@ def fetch_trace_spans(
     )
 
 
-def with_span_attributes(rows: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:
+def fetch_structure(
+    store: Store, traces: pl.Series, windows: Windows, conventions: Conventions
+) -> pl.DataFrame:
+    """Every span of ``traces`` (:data:`TRACE_SPAN_ROWS_SCHEMA`): the structure
+    :func:`analytics.ancestry.without_queued_calls` walks, read on its own."""
+    no_tails = pl.DataFrame(
+        schema={"trace_key": pl.UInt64, "service": pl.String, "operation": pl.String, "window": pl.String}
+    ).with_columns(pl.lit(0.0).alias("duration_ms"))
+    return fetch_trace_spans(store, no_tails, None, windows, conventions, boundaries=traces)
+
+
+def with_span_attributes(
+    rows: pl.DataFrame, llm_spans: pl.DataFrame, attempts: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """:data:`TRACE_SPANS_SCHEMA`: the trace spans of :func:`fetch_trace_spans` with their LLM class,
-    provider, model, tokens and resend count from :func:`analytics.llm_spans.fetch_llm_spans` (one
-    row per span, read over the same windows and margin). A span that read did not return carries
-    none of those attributes: not an LLM span, no tokens, no resend count. Pure."""
+    provider, model, tokens, resend count, boundary flag and failure marks from
+    :func:`analytics.llm_spans.fetch_llm_spans` (one row per span, read over the same windows and
+    margin), and the extra HTTP attempts of each LLM span (:func:`analytics.llm_calls.span_attempts`).
+    A span that read did not return carries none of those attributes: not an LLM span, no tokens, no
+    resend count, failed only by its status. Pure."""
     # Narrowed to these spans first: a hash join against every LLM span costs three times more.
     attributes = llm_spans.filter(pl.col("span_key").is_in(rows["span_key"].implode())).select(
         "span_key",
@@ -200,13 +240,21 @@ def with_span_attributes(rows: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.Data
         pl.col("model").cast(pl.String),
         "tokens",
         "resend",
+        "is_boundary",
+        pl.col("errored").alias("_errored"),
     )
-    return (
-        rows.join(attributes, on="span_key", how="left")
-        .with_columns(
-            pl.col("is_llm").fill_null(False),
-            pl.col("provider", "model").fill_null(""),
-            pl.col("tokens", "resend").fill_null(0),
+    joined = rows.join(attributes, on="span_key", how="left")
+    if attempts is not None and not attempts.is_empty():
+        joined = joined.join(
+            attempts.select("span_key", (pl.col("attempts") - 1).alias("extra_attempts")),
+            on="span_key",
+            how="left",
         )
-        .select(list(TRACE_SPANS_SCHEMA))
-    )
+    else:
+        joined = joined.with_columns(pl.lit(0, pl.Int64).alias("extra_attempts"))
+    return joined.with_columns(
+        pl.col("is_llm", "is_boundary").fill_null(False),
+        pl.col("provider", "model").fill_null(""),
+        pl.col("tokens", "resend", "extra_attempts").fill_null(0),
+        (pl.col("failed") | pl.col("_errored").fill_null(False)).alias("failed"),
+    ).select(list(TRACE_SPANS_SCHEMA))

@@ -126,8 +126,9 @@ FROM (
         if(k = 4 AND NOT has_retry,
            substring(lower(hex(MD5(concat('3-', toString(t), '-1')))), 1, 16), root_id) AS parent_id,
         if(k = 0, '', parent_id) AS parent,
-        multiIf(k = 0, t0_ns, k = 4, t0_ns + (if(has_retry, retried_hop, 1) - 1) * 400000000,
-                t0_ns + (k - 1) * 400000000) AS start_ns,
+        -- A re-sent hop starts after the attempt it repeats ended (350 ms in).
+        multiIf(k = 0, t0_ns, k = 4 AND has_retry, t0_ns + (retried_hop - 1) * 400000000 + 360000000,
+                k = 4, t0_ns, t0_ns + (k - 1) * 400000000) AS start_ns,
         if(k = 0, 1300000000, 350000000) AS dur,
         multiIf(k = 0, 'Internal', k = 4 AND NOT has_retry, 'Internal', 'Client') AS kind,
         if(k = 4 AND has_retry, 'Error', 'Unset') AS status,

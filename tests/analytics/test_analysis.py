@@ -351,10 +351,12 @@ def test_llm_signals_show_throttling_retries_and_cold_share(store: Store) -> Non
     analysis = analyze(store, scenario.start, scenario.end)
     assert _row(analysis.attribution, service="chat-api")["verdict"] == "llm"
     s = _row(analysis.llm_signals, service="chat-api", model="gpt-4o")
-    # current: 420 hot calls + 20 failed attempts + 100 cold calls = 540 LLM spans.
-    assert s["cold_share_current"] == pytest.approx(100 / 540)
+    # current: 420 hot calls (20 of them with a throttled attempt before the one that succeeded) and
+    # 100 cold calls = 520 calls of 540 attempts. Failures and 429s are per attempt, retries and the
+    # cold share per call.
+    assert s["cold_share_current"] == pytest.approx(100 / 520)
     assert s["throttle_rate_current"] == pytest.approx(20 / 540)
-    assert s["retry_rate_current"] == pytest.approx(20 / 540)
+    assert s["retry_rate_current"] == pytest.approx(20 / 520)
     assert s["error_rate_current"] == pytest.approx(20 / 540)
     assert s["cold_share_baseline"] == 0.0 and s["throttle_rate_baseline"] == 0.0
 
@@ -378,11 +380,14 @@ def test_llm_signal_counts_dedupe_spans_and_count_each_retry_once(store: Store) 
     pairs = pl.DataFrame({"provider": ["openai"], "model": ["gpt-4o"]})
     frame = fetch_llm_signals(store, pairs, windows, Conventions())
     row = _row(frame, window="current", model="gpt-4o")
-    # 3 + 1 + 1 + 1 distinct LLM spans; retries: A's two re-sends and B's one; A's two failed
-    # attempts are the errors and 429s; C's call is the only cold one.
-    assert {k: row[k] for k in ("calls", "errors", "throttled", "retries", "cold")} == {
-        "calls": 6,
-        "errors": 2,
+    # 3 + 1 + 1 + 1 distinct LLM spans make 4 logical calls (A's re-sends continue its first attempt)
+    # of 3 + 2 + 1 + 1 attempts: B's resend count says an attempt before it was sent and failed.
+    # Retries: A's two re-sends and B's one; errors: A's two failed attempts and B's unexported one;
+    # 429s: A's two; C's call is the only cold one.
+    assert {k: row[k] for k in ("calls", "attempts", "errors", "throttled", "retries", "cold")} == {
+        "calls": 4,
+        "attempts": 7,
+        "errors": 3,
         "throttled": 2,
         "retries": 3,
         "cold": 1,
@@ -409,6 +414,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "abandonment",
         "retry_amplification",
         "attribution",
+        "llm_calls",
     }
     assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
     assert data["window"]["start"] == "2026-11-02T08:00:00Z"
@@ -425,7 +431,12 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     assert set(hot["release_coupling"]) == {"releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"}
     assert set(data["cold_path"][0]) == {
         "queue", "jobs", "completed", "pending", "p50_s", "p95_s", "p99_s", "p999_s", "queue_wait_p99_s",
-        "processing_p99_s", "p99_over_p50", "starved",
+        "processing_p99_s", "p99_over_p50", "starved", "runs", "retried_jobs",
+    }  # fmt: skip
+    assert set(data["llm_calls"][0]) == {
+        "provider", "model", "calls", "sync_calls", "cold_calls", "attempts", "failed_attempts",
+        "throttled_attempts", "error_rate", "throttle_rate", "retry_rate", "cold_share", "tokens",
+        "backoff_ms",
     }  # fmt: skip
     ab = data["abandonment"][0]
     assert set(ab) == {"service", "operation", "bucket_ms", "buckets", "cliff_ms"} and ab["bucket_ms"] == 500

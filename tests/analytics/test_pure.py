@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import zlib
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
 
 from analytics import Conventions
-from analytics._common import first_of_each
+from analytics._common import Windows, first_of_each
 from analytics.abandonment import abandonment, abandonment_summary, cliff
-from analytics.attribution import attribute, critical_path, llm_causes, tail_traces
+from analytics.ancestry import without_queued_calls
+from analytics.attribution import RETRY_BACKOFF, attribute, critical_path, llm_causes, tail_traces
 from analytics.cold_path import cold_path_cdf, cold_path_summary, jobs_from_raw, jobs_from_spans
+from analytics.llm_calls import llm_call_rows, llm_calls_summary, span_attempts
 from analytics.releases import release_coupling
 from analytics.retries import retry_metrics
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman, wilson_interval
@@ -29,8 +33,9 @@ def _name(key: int) -> str:
     return key.to_bytes((key.bit_length() + 7) // 8, "big").decode()
 
 
-def _spans(rows: list[tuple[str, str, str, str, int, int, bool]]) -> pl.DataFrame:
-    """(span, parent, name, kind, start_ms, end_ms, is_llm) of one trace, the spans named by their keys."""
+def _spans(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
+    """(span, parent, name, kind, start_ms, end_ms, is_llm[, is_boundary]) of one trace, the spans named
+    by their keys."""
     return pl.DataFrame(
         {
             "trace_key": [1] * len(rows),
@@ -45,6 +50,7 @@ def _spans(rows: list[tuple[str, str, str, str, int, int, bool]]) -> pl.DataFram
             "is_structure": [False] * len(rows),
             "provider": ["openai" if r[6] else "" for r in rows],
             "model": ["gpt-4o" if r[6] else "" for r in rows],
+            "is_boundary": [r[7] if len(r) > 7 else False for r in rows],
         }
     )
 
@@ -205,12 +211,37 @@ def test_jobs_from_spans_joins_producers_and_consumers_and_ignores_duplicates() 
         (2, 4, "batch", 20 * s, 26 * s),  # a standalone cold root
     ]
     spans = pl.DataFrame(rows, schema=["role", "job_key", "queue", "start_ns", "end_ns"], orient="row")
+    spans = spans.with_columns(pl.lit(0, pl.UInt64).alias("message_key"), pl.lit(False).alias("failed"))
     jobs = jobs_from_raw(jobs_from_spans(spans)).sort("enqueued")
     assert jobs["queue"].to_list() == ["q", "q", "batch"]
     assert jobs["queue_wait_s"].to_list() == [2.0, None, 0.0]
     assert jobs["enqueue_to_ready_s"].to_list() == [9.0, None, 6.0]
     assert jobs["processing_s"].to_list() == [7.0, None, 6.0]
+    assert jobs["runs"].to_list() == [2, 0, 1]
     assert jobs_from_spans(spans.clear()).is_empty()
+
+
+def test_a_retried_task_is_one_job_ready_when_a_run_succeeds() -> None:
+    s = 1_000_000_000
+    # (role, job_key, queue, start_ns, end_ns, message_key, failed): Celery's retry enqueues the
+    # task again (a second producer, child of the failed run) with the same task id (message 7).
+    rows = [
+        (0, 1, "celery", 0, 1, 7, False),  # apply_async from the request
+        (1, 1, "", 1 * s, 2 * s, 0, True),  # run 1: celery.state RETRY
+        (0, 2, "celery", 2 * s, 2 * s + 1, 7, False),  # the retry's apply_async
+        (1, 2, "", 4 * s, 6 * s, 0, False),  # run 2 succeeds
+        (0, 3, "celery", 0, 1, 0, False),  # a task without a message id: its own job
+        (1, 3, "", 1 * s, 3 * s, 0, True),  # … that only failed: over when its run ended
+    ]
+    schema = ["role", "job_key", "queue", "start_ns", "end_ns", "message_key", "failed"]
+    spans = pl.DataFrame(rows, schema=schema, orient="row")
+    jobs = jobs_from_raw(jobs_from_spans(spans)).sort("enqueue_to_ready_s")
+    assert jobs.select("queue", "enqueue_to_ready_s", "queue_wait_s", "runs").rows() == [
+        ("celery", 3.0, 1.0, 1),
+        ("celery", 6.0, 1.0, 2),
+    ]
+    summary = cold_path_summary(jobs, Conventions())
+    assert summary.select("jobs", "completed", "runs", "retried_jobs").row(0) == (2, 2, 3, 1)
 
 
 def test_first_of_each_keeps_the_first_row_of_each_key_in_order() -> None:
@@ -230,9 +261,12 @@ def test_retry_metrics_on_a_tiny_frame() -> None:
             "span_key": [_key(s) for s in ("w", "a1", "a2", "b1", "b1c")],
             "parent_key": [_key(s) for s in ("", "w", "w", "w", "b1")],
             "name": ["invoke_workflow x", "a", "a", "b", "chat"],
-            "start_ns": [0, 1, 2, 3, 4],
+            "start_ns": [0, 10, 20, 30, 40],
+            "end_ns": [100, 15, 25, 35, 45],
+            "failed": [False] * 5,
             "tokens": [0, 10, 10, 0, 30],
             "resend": [0, 0, 1, 0, 0],
+            "extra_attempts": [0] * 5,
             "wf_span_key": [_key("w")] * 5,
             "workflow": ["x"] * 5,
         }
@@ -245,6 +279,34 @@ def test_retry_metrics_on_a_tiny_frame() -> None:
     row = amp.row(0, named=True)
     assert row["attempt_amplification"] == 1.5 and row["token_amplification"] == pytest.approx(50 / 40)
     assert row["modeled_amplification"] == 2.0
+
+
+def test_retry_metrics_sequential_calls_are_calls_and_failed_ones_are_retried() -> None:
+    # Hop "chat": three successful calls in a row (three calls), then one that failed after the SDK
+    # made 3 attempts (2 extra, inside it) and the application's call again after it (one call of
+    # 3 + 1 attempts). Tokens: the failed call carried none.
+    names = ["invoke_workflow x", "chat", "chat", "chat", "chat", "chat"]
+    frame = pl.DataFrame(
+        {
+            "trace_key": [1] * 6,
+            "span_key": [_key(s) for s in ("w", "c1", "c2", "c3", "c4", "c5")],
+            "parent_key": [_key(s) for s in ("", "w", "w", "w", "w", "w")],
+            "name": names,
+            "start_ns": [0, 10, 20, 30, 40, 60],
+            "end_ns": [100, 15, 25, 35, 55, 65],
+            "failed": [False, False, False, False, True, False],
+            "tokens": [0, 10, 10, 10, 0, 10],
+            "resend": [0] * 6,
+            "extra_attempts": [0, 0, 0, 0, 2, 0],
+            "wf_span_key": [_key("w")] * 6,
+            "workflow": ["x"] * 6,
+        }
+    )
+    hops, amp = retry_metrics(frame)
+    assert hops.select("hop", "calls", "attempts", "tokens").rows() == [("chat", 4, 7, 40)]
+    row = amp.row(0, named=True)
+    assert row["attempt_amplification"] == pytest.approx(7 / 4)
+    assert row["token_amplification"] == pytest.approx(1.0)
 
 
 def test_release_coupling_on_a_tiny_frame() -> None:
@@ -263,3 +325,120 @@ def test_release_coupling_on_a_tiny_frame() -> None:
     assert row["p99_slope_ms_per_release"] == pytest.approx(320.5) and row["coupled"] is True
     flat = releases.with_columns(pl.lit(False).alias("significant"))
     assert release_coupling(flat, Conventions()).row(0, named=True)["coupled"] is False
+
+
+def _llm_frame(rows: list[tuple[Any, ...]]) -> pl.DataFrame:
+    """Rows of the LLM-span read: (span, parent, name, start, end, kind of row, errored, throttled,
+    resend, tokens). Kind of row: "llm", "http" (an attempt), "boundary"; trace 1, call key per
+    (parent, name)."""
+    return pl.DataFrame(
+        {
+            "trace_key": [1] * len(rows),
+            "span_key": [_key(r[0]) for r in rows],
+            "parent_key": [_key(r[1]) for r in rows],
+            "call_key": [zlib.crc32(f"{r[1]}/{r[2]}".encode()) for r in rows],
+            "start_ns": [r[3] for r in rows],
+            "end_ns": [r[4] for r in rows],
+            "provider": ["openai"] * len(rows),
+            "model": ["gpt-4o"] * len(rows),
+            "is_llm": [r[5] == "llm" for r in rows],
+            "errored": [r[6] for r in rows],
+            "throttled": [r[7] for r in rows],
+            "tokens": [r[9] for r in rows],
+            "resend": [r[8] for r in rows],
+            "cold_marked": [False] * len(rows),
+            "sync": [r[5] == "llm" for r in rows],
+            "is_workflow": [False] * len(rows),
+            "workflow": [""] * len(rows),
+            "is_boundary": [r[5] == "boundary" for r in rows],
+            "is_attempt": [r[5] == "http" for r in rows],
+        }
+    )
+
+
+def test_attempts_are_the_http_children_and_sequential_calls_stay_calls() -> None:
+    # c1: throttled twice by the provider, the SDK waited 10 ms and 20 ms, the third attempt
+    # succeeded. c2, c3: two more successful calls in a row. c4 failed after its attempts (500s),
+    # and the application called again (c5): one call. c6 has no HTTP child (nothing instrumented
+    # the transport) but a captured retry header on… itself says nothing: one attempt.
+    rows = [
+        ("c1", "r", "chat gpt-4o", 0, 100, "llm", False, False, 0, 30),
+        ("h1", "c1", "POST", 1, 11, "http", True, True, 0, 0),
+        ("h2", "c1", "POST", 21, 31, "http", True, True, 0, 0),
+        ("h3", "c1", "POST", 51, 99, "http", False, False, 0, 0),
+        ("c2", "r", "chat gpt-4o", 110, 150, "llm", False, False, 0, 30),
+        ("c3", "r", "chat gpt-4o", 160, 200, "llm", False, False, 0, 30),
+        ("c4", "r", "chat gpt-4o", 210, 260, "llm", True, False, 0, 0),
+        ("h4", "c4", "POST", 211, 220, "http", True, False, 0, 0),
+        ("h5", "c4", "POST", 230, 259, "http", True, False, 0, 0),
+        ("c5", "r", "chat gpt-4o", 270, 300, "llm", False, False, 0, 30),
+        ("h6", "c5", "POST", 271, 299, "http", False, False, 0, 0),
+        ("c6", "r", "embeddings x", 310, 320, "llm", False, False, 0, 5),
+    ]
+    spans = _llm_frame(rows)
+    attempts = span_attempts(spans)
+    by_span = {_name(r["span_key"]): r for r in attempts.iter_rows(named=True)}
+    assert {
+        k: by_span["c1"][k] for k in ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns")
+    } == {
+        "attempts": 3,
+        "failed_attempts": 2,
+        "throttled_attempts": 2,
+        "backoff_ns": 30,
+    }
+    assert by_span["c6"]["attempts"] == 1 and by_span["c4"]["failed_attempts"] == 2
+    windows = Windows.of(datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(1, UTC))
+    calls = llm_call_rows(spans, attempts, pl.Series([1], dtype=pl.UInt64), windows)
+    # c1, c2, c3, c4+c5 and c6: five calls; 3 + 1 + 1 + (2 + 1) + 1 = 9 attempts.
+    assert calls.height == 5 and calls["attempts"].sum() == 9
+    summary = llm_calls_summary(calls).row(0, named=True)
+    assert summary["calls"] == 5 and summary["retry_rate"] == pytest.approx(4 / 5)
+    assert summary["failed_attempts"] == 4 and summary["throttle_rate"] == pytest.approx(2 / 9)
+    assert summary["tokens"] == 125 and summary["backoff_ms"] == pytest.approx((30 + 10) / 1e6)
+
+
+def test_calls_below_a_consumer_are_not_synchronous() -> None:
+    # POST /chat → apply_async (Producer) → run/summarise (Consumer) → task → chat: queued work in the
+    # request's trace (Celery's default). A second chat under the root is synchronous.
+    structure = pl.DataFrame(
+        {
+            "trace_key": [1] * 6,
+            "span_key": [_key(s) for s in ("root", "producer", "consumer", "task", "queued", "sync")],
+            "parent_key": [_key(s) for s in ("", "root", "producer", "consumer", "task", "root")],
+        }
+    )
+    rows = [
+        ("consumer", "producer", "run/summarise", 0, 10, "boundary", False, False, 0, 0),
+        ("queued", "task", "chat gpt-4o", 1, 5, "llm", False, False, 0, 0),
+        ("sync", "root", "chat gpt-4o", 1, 5, "llm", False, False, 0, 0),
+    ]
+    spans = without_queued_calls(_llm_frame(rows), structure)
+    assert dict(zip([_name(k) for k in spans["span_key"]], spans["sync"], strict=True)) == {
+        "consumer": False,
+        "queued": False,
+        "sync": True,
+    }
+
+
+def test_critical_path_prunes_messaging_boundaries_and_labels_retry_backoff() -> None:
+    # root 0..100: an LLM call 0..90 with two HTTP attempts 0..20 (429) and 50..90, the SDK waiting
+    # 20..50 between them; a messaging process span of kind Internal is queued work (pruned).
+    spans = _spans(
+        [
+            ("root", "", "POST /chat", "Server", 0, 100, False),
+            ("c", "root", "chat gpt-4o", "Client", 0, 90, True),
+            ("h1", "c", "POST", "Client", 0, 20, False),
+            ("h2", "c", "POST", "Client", 50, 90, False),
+            ("p", "root", "process q", "Internal", 0, 100, False, True),
+        ]
+    )
+    path = critical_path(spans)
+    backoff = path.filter(pl.col("span_name") == RETRY_BACKOFF)
+    assert backoff["critical_ns"].to_list() == [30_000_000] and backoff["class"].to_list() == ["llm"]
+    assert _credit(path.filter(pl.col("span_name") != RETRY_BACKOFF)) == {
+        "root": 10.0,
+        "c": 0.0,
+        "h1": 20.0,
+        "h2": 40.0,
+        "p": 0.0,
+    }

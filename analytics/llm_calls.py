@@ -1,0 +1,248 @@
+"""LLM calls as they went over the wire: attempts, failures, 429s and backoff per call, and the
+per-provider/model summary (Polars, pure).
+
+The provider SDKs (OpenAI, Anthropic) retry 408/409/429/5xx inside one call: the instrumentation's
+GenAI span (``chat gpt-4o``) is the logical call and every HTTP attempt is an HTTP client child of
+it (``POST``), the throttled one carrying its 429 in ``http.status_code`` or
+``http.response.status_code`` and status Error. No Python instrumentation writes
+``http.request.resend_count``; the SDKs' ``x-stainless-retry-count`` header is used when request
+headers are captured. So a call's attempts are its HTTP children (at least one, the span itself when
+it has none, more when a retry number says attempts are missing), and its *backoff* is the time
+between one attempt's end and the next one's start — waiting, not model latency.
+
+An application may also call again after a call failed: same-name siblings of one parent are
+attempts of one logical call only when the earlier one failed (or the later one carries a resend
+count) and the later one starts after it ended. Successful sequential calls — an agent calling the
+same model three times — are separate calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import polars as pl
+
+from analytics._common import Windows, empty
+
+__all__ = [
+    "CALLS_SCHEMA",
+    "LLM_CALLS_SCHEMA",
+    "SIGNAL_COUNTS_SCHEMA",
+    "SPAN_ATTEMPTS_SCHEMA",
+    "llm_call_rows",
+    "llm_calls_summary",
+    "signal_counts",
+    "span_attempts",
+]
+
+SPAN_ATTEMPTS_SCHEMA: dict[str, Any] = {
+    "span_key": pl.UInt64,  # the LLM span
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "throttled_attempts": pl.Int64,
+    "backoff_ns": pl.Int64,
+}
+
+# One row per logical LLM call.
+CALLS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
+    "window": pl.String,  # of the call's first span: "baseline", "current"
+    "provider": pl.String,
+    "model": pl.String,
+    "spans": pl.Int64,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "throttled_attempts": pl.Int64,
+    "backoff_ns": pl.Int64,
+    "tokens": pl.Int64,
+    "sync": pl.Boolean,  # on a hot request's path
+}
+
+LLM_CALLS_SCHEMA: dict[str, Any] = {
+    "provider": pl.String,
+    "model": pl.String,
+    "calls": pl.Int64,
+    "sync_calls": pl.Int64,
+    "cold_calls": pl.Int64,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "throttled_attempts": pl.Int64,
+    "error_rate": pl.Float64,  # failed attempts / attempts
+    "throttle_rate": pl.Float64,  # 429 attempts / attempts
+    "retry_rate": pl.Float64,  # (attempts − calls) / calls
+    "cold_share": pl.Float64,  # cold calls / calls
+    "tokens": pl.Int64,
+    "backoff_ms": pl.Float64,  # total time waited between attempts
+}
+
+SIGNAL_COUNTS_SCHEMA: dict[str, Any] = {
+    "window": pl.String,
+    "provider": pl.String,
+    "model": pl.String,
+    "calls": pl.Int64,
+    "attempts": pl.Int64,
+    "errors": pl.Int64,  # failed attempts
+    "throttled": pl.Int64,  # 429 attempts
+    "retries": pl.Int64,  # attempts beyond the first of each call
+    "cold": pl.Int64,  # calls off the request path
+}
+
+
+def span_attempts(llm_spans: pl.DataFrame) -> pl.DataFrame:
+    """Per LLM span of :func:`analytics.llm_spans.fetch_llm_spans` (one row per span): its
+    attempts, failed and 429 attempts, and the backoff between them (:data:`SPAN_ATTEMPTS_SCHEMA`).
+    Pure."""
+    llm = llm_spans.filter(pl.col("is_llm")).select("span_key", "errored", "throttled")
+    if llm.is_empty():
+        return empty(SPAN_ATTEMPTS_SCHEMA)
+    wire = (
+        llm_spans.filter(pl.col("is_attempt"))
+        .sort("parent_key", "start_ns")
+        .with_columns(pl.col("end_ns").shift(1).over("parent_key").alias("previous_end"))
+        .group_by("parent_key")
+        .agg(
+            pl.len().cast(pl.Int64).alias("children"),
+            pl.col("errored").sum().cast(pl.Int64).alias("failed_children"),
+            pl.col("throttled").sum().cast(pl.Int64).alias("throttled_children"),
+            pl.col("resend").max().cast(pl.Int64).alias("highest_retry"),
+            (pl.col("start_ns") - pl.col("previous_end"))
+            .clip(lower_bound=0)
+            .sum()
+            .cast(pl.Int64)
+            .alias("gaps"),
+        )
+    )
+    joined = llm.join(wire, left_on="span_key", right_on="parent_key", how="left")
+    children = pl.col("children").fill_null(0)
+    attempts = pl.max_horizontal(pl.lit(1, pl.Int64), children, pl.col("highest_retry").fill_null(-1) + 1)
+    return joined.select(
+        "span_key",
+        attempts.alias("attempts"),
+        # Attempts a retry number says happened but no span shows failed too: a retry follows a failure.
+        pl.when(children > 0)
+        .then(pl.col("failed_children") + attempts - children)
+        .otherwise(pl.col("errored").cast(pl.Int64) + attempts - 1)
+        .alias("failed_attempts"),
+        pl.when(children > 0)
+        .then(pl.col("throttled_children"))
+        .otherwise(pl.col("throttled").cast(pl.Int64))
+        .alias("throttled_attempts"),
+        pl.col("gaps").fill_null(0).alias("backoff_ns"),
+    ).cast(pl.Schema(SPAN_ATTEMPTS_SCHEMA))
+
+
+def llm_call_rows(
+    llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series, windows: Windows
+) -> pl.DataFrame:
+    """One row per logical LLM call started in the baseline or current window
+    (:data:`CALLS_SCHEMA`), from the LLM spans (one row per span, ``sync`` final), their
+    :func:`span_attempts`, and the trace keys of hot-path requests. Pure."""
+    start = pl.col("start_ns")
+    current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
+    baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
+        start < pl.lit(windows.baseline_end).dt.epoch("ns")
+    )
+    spans = llm_spans.filter(pl.col("is_llm"))
+    if spans.is_empty():
+        return empty(CALLS_SCHEMA)
+    spans = (
+        spans.select(
+            "trace_key",
+            "span_key",
+            "call_key",
+            "start_ns",
+            "end_ns",
+            pl.col("provider").cast(pl.String),
+            pl.col("model").cast(pl.String),
+            "errored",
+            "resend",
+            "tokens",
+            (pl.col("sync") & pl.col("trace_key").is_in(hot_traces.implode())).alias("sync"),
+        )
+        .join(attempts, on="span_key", how="left")
+        .sort("call_key", "start_ns")
+    )
+    previous_end = pl.col("end_ns").shift(1).over("call_key")
+    retries_previous = (
+        previous_end.is_not_null()
+        & (pl.col("errored").shift(1).over("call_key") | (pl.col("resend") > 0))
+        & (pl.col("start_ns") >= previous_end)
+    )
+    spans = spans.with_columns((~retries_previous).cast(pl.Int64).cum_sum().over("call_key").alias("call_no"))
+    calls = (
+        spans.group_by("call_key", "call_no")
+        .agg(
+            pl.col("trace_key").first(),
+            pl.col("start_ns").first(),
+            pl.col("provider").first(),
+            pl.col("model").first(),
+            pl.len().cast(pl.Int64).alias("spans"),
+            pl.col("attempts").sum().alias("seen_attempts"),
+            pl.col("failed_attempts").sum(),
+            pl.col("throttled_attempts").sum(),
+            pl.col("backoff_ns").sum(),
+            pl.col("tokens").sum(),
+            pl.col("sync").first(),
+            pl.col("resend").max(),
+        )
+        # A span's resend count says how many attempts came before it, exported or not; the ones not
+        # exported failed (a resend follows a failure).
+        .with_columns(pl.max_horizontal("seen_attempts", pl.col("resend") + 1).alias("attempts"))
+        .with_columns(pl.col("failed_attempts") + pl.col("attempts") - pl.col("seen_attempts"))
+    )
+    return (
+        calls.filter(current | baseline)
+        .with_columns(pl.when(current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window"))
+        .select(list(CALLS_SCHEMA))
+        .cast(pl.Schema(CALLS_SCHEMA))
+    )
+
+
+def signal_counts(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per (window, provider, model): calls, attempts, failed and 429 attempts, retries and calls off
+    the request path (:data:`SIGNAL_COUNTS_SCHEMA`), from :func:`llm_call_rows`. Pure."""
+    if calls.is_empty():
+        return empty(SIGNAL_COUNTS_SCHEMA)
+    return (
+        calls.group_by("window", "provider", "model")
+        .agg(
+            pl.len().alias("calls"),
+            pl.col("attempts").sum(),
+            pl.col("failed_attempts").sum().alias("errors"),
+            pl.col("throttled_attempts").sum().alias("throttled"),
+            (pl.col("attempts").sum() - pl.len()).alias("retries"),
+            (~pl.col("sync")).sum().alias("cold"),
+        )
+        .cast(pl.Schema(SIGNAL_COUNTS_SCHEMA))
+        .select(list(SIGNAL_COUNTS_SCHEMA))
+    )
+
+
+def llm_calls_summary(calls: pl.DataFrame) -> pl.DataFrame:
+    """Per (provider, model) of the current window: calls on and off the request path, attempts,
+    error, 429 and retry rates, tokens and backoff (:data:`LLM_CALLS_SCHEMA`). Pure."""
+    current = calls.filter(pl.col("window") == "current")
+    if current.is_empty():
+        return empty(LLM_CALLS_SCHEMA)
+    return (
+        current.group_by("provider", "model")
+        .agg(
+            pl.len().cast(pl.Int64).alias("calls"),
+            pl.col("sync").sum().cast(pl.Int64).alias("sync_calls"),
+            pl.col("attempts").sum(),
+            pl.col("failed_attempts").sum(),
+            pl.col("throttled_attempts").sum(),
+            pl.col("tokens").sum(),
+            (pl.col("backoff_ns").sum() / 1e6).alias("backoff_ms"),
+        )
+        .with_columns(
+            (pl.col("calls") - pl.col("sync_calls")).alias("cold_calls"),
+            (pl.col("failed_attempts") / pl.col("attempts")).alias("error_rate"),
+            (pl.col("throttled_attempts") / pl.col("attempts")).alias("throttle_rate"),
+            ((pl.col("attempts") - pl.col("calls")) / pl.col("calls")).alias("retry_rate"),
+        )
+        .with_columns((pl.col("cold_calls") / pl.col("calls")).alias("cold_share"))
+        .sort("provider", "model")
+        .cast(pl.Schema(LLM_CALLS_SCHEMA))
+        .select(list(LLM_CALLS_SCHEMA))
+    )
