@@ -7,7 +7,9 @@ every segment still on disk. Segments are deleted once every record in them has 
 Layout: ``<dir>/LOCK`` (flock; one process per spool) and ``<dir>/seg-<n>.spool`` files of records
 ``<u32 length><u32 crc32><Arrow IPC stream>``. A torn record at the tail (the process died inside
 ``write``) fails its length or CRC check and is ignored: it was never acknowledged, because the
-fsync that precedes the acknowledgement had not returned.
+fsync that precedes the acknowledgement had not returned. A write that fails while the process
+lives (a full disk) is cut back off the segment before the error is returned, so records appended
+once space returns never follow a torn one; replay still resynchronises past any damaged record.
 
 Concurrent receivers share fsyncs (group commit): each caller appends under a short lock and then
 waits until some fsync covers its record; one thread's fsync serves everyone who appended before it.
@@ -16,6 +18,7 @@ waits until some fsync covers its record; one thread's fsync serves everyone who
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -56,6 +59,14 @@ def table_to_ipc(table: pa.Table) -> bytes:
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
+
+
+def _intact_at(data: bytes, pos: int) -> bool:
+    """Whether a whole record with a matching CRC starts at ``pos`` (records are never empty: zero
+    bytes would otherwise read as an empty record with a matching CRC)."""
+    length, crc = _HEADER.unpack_from(data, pos)
+    start = pos + _HEADER.size
+    return length > 0 and start + length <= len(data) and zlib.crc32(data[start : start + length]) == crc
 
 
 def _segment_number(path: Path) -> int:
@@ -162,14 +173,42 @@ class Spool:
             if self._fd is None:
                 self._open_segment()
             assert self._fd is not None
-            written = os.write(self._fd, record)
-            if written != len(record):
-                raise SpoolError(f"spool {self.directory}: short write ({written} of {len(record)} bytes)")
+            try:
+                written = os.write(self._fd, record)
+                if written != len(record):
+                    raise OSError(errno.ENOSPC, f"short write ({written} of {len(record)} bytes)")
+            except OSError as exc:
+                # Whatever part of the record reached the file must not stay: records appended
+                # after it (once space returns) would follow a torn one.
+                self._cut_back()
+                raise SpoolError(f"spool {self.directory}: cannot append: {exc.strerror or exc}") from None
             self._segment_size += len(record)
             self._pending[self._segment] += 1
             self._bytes[self._segment] += len(record)
             self._seq += 1
             return SpoolTicket(self._segment, self._seq, len(record))
+
+    def _cut_back(self) -> None:
+        """Truncate the active segment to its last whole record; if even that fails, retire the
+        segment (nothing is appended after the torn bytes) and start a new one on the next append."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._segment_size)
+            return
+        except OSError:
+            log.error(
+                "spool %s: cannot truncate segment %d after a failed write; starting a new segment",
+                self.directory,
+                self._segment,
+            )
+        with contextlib.suppress(OSError):
+            os.fsync(self._fd)
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+        self._fd = None
+        self._synced_seq = max(self._synced_seq, self._seq)
+        if self._pending.get(self._segment, 0) == 0:
+            self._unlink(self._segment)
 
     def sync(self, ticket: SpoolTicket) -> None:
         """Return once the record behind ``ticket`` is on stable storage (one fsync serves many)."""
@@ -215,18 +254,38 @@ class Spool:
 
     @staticmethod
     def read_segment(path: Path) -> Iterator[bytes]:
-        """The intact records of a segment; stops at the first torn or corrupt one."""
+        """The intact records of a segment. A torn or corrupt record is reported with its offset and
+        skipped: the scan resumes at the next offset where a whole record with a matching CRC
+        starts, so no intact record after it is lost (a torn tail is normal after a crash inside
+        ``write``; a torn record in the middle is a bug or damage, never silently the end)."""
         data = path.read_bytes()
         pos = 0
         while pos + _HEADER.size <= len(data):
-            length, crc = _HEADER.unpack_from(data, pos)
-            start = pos + _HEADER.size
-            payload = data[start : start + length]
-            if len(payload) < length or zlib.crc32(payload) != crc:
-                log.warning("spool %s: ignoring a torn record at byte %d (never acknowledged)", path, pos)
+            if _intact_at(data, pos):
+                length = _HEADER.unpack_from(data, pos)[0]
+                start = pos + _HEADER.size
+                yield data[start : start + length]
+                pos = start + length
+                continue
+            resume = next(
+                (p for p in range(pos + 1, len(data) - _HEADER.size + 1) if _intact_at(data, p)), None
+            )
+            if resume is None:
+                log.warning(
+                    "spool %s: ignoring %d bytes of a torn record at byte %d (never acknowledged)",
+                    path,
+                    len(data) - pos,
+                    pos,
+                )
                 return
-            yield payload
-            pos = start + length
+            log.error(
+                "spool %s: skipped %d corrupt bytes at byte %d; replay resumes at byte %d",
+                path,
+                resume - pos,
+                pos,
+                resume,
+            )
+            pos = resume
 
     def discard(self, path: Path) -> None:
         """Delete a replayed segment of a previous run."""

@@ -169,6 +169,38 @@ def render_table(data: dict[str, Any]) -> str:
             f"tokens×{_fmt(r['token_amplification'], 3)}  "
             f"modeled×{_fmt(r['modeled_amplification'], 3)}  [{hops}]"
         )
+    out += ["", "LLM CALLS (attempts as sent over the wire; rates of attempts, retries per call)"]
+    out += _table(
+        [
+            "provider",
+            "model",
+            "calls",
+            "sync",
+            "cold share",
+            "attempts",
+            "errors",
+            "429",
+            "retries",
+            "backoff s",
+            "tokens",
+        ],
+        [
+            [
+                c["provider"],
+                c["model"],
+                _fmt(c["calls"]),
+                _fmt(c["sync_calls"]),
+                _fmt(c["cold_share"], 3),
+                _fmt(c["attempts"]),
+                _fmt(c["error_rate"], 3),
+                _fmt(c["throttle_rate"], 3),
+                _fmt(c["retry_rate"], 3),
+                _fmt(c["backoff_ms"] / 1000.0 if c["backoff_ms"] is not None else None, 1),
+                _fmt(c["tokens"]),
+            ]
+            for c in data.get("llm_calls", [])
+        ],
+    )
     out += ["", "ATTRIBUTION (p99 change vs baseline, critical path of tail traces)"]
     for a in data["attribution"]:
         out.append(

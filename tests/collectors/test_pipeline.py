@@ -243,3 +243,59 @@ def test_present_finds_stored_spans_across_many_traces(store: Store) -> None:
     both = pa.concat_tables([stored, fresh])
     mask = writer.present(both)
     assert mask.sum() == 5_000 and mask[:5_000].all() and not mask[5_000:].any()
+
+
+def test_a_full_disk_mid_append_loses_no_acknowledged_span(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression (full disk): a write that fails part-way left its torn bytes in the segment, the
+    # records acknowledged after space returned followed them, and replay stopped at the tear.
+    # The disk fills once, mid-record: the file layer writes half of it and reports ENOSPC.
+    import errno
+    import os
+
+    import collectors.spool as spool_module
+
+    spool_dir = tmp_path / "s"
+    spool = Spool(spool_dir)
+    spool.open()
+    before, after, failed = _table(1_000, 21), _table(1_000, 22), _table(500, 23)
+    spool.sync(spool.append(spool_record(before)))
+    real_write = os.write
+
+    def disk_full_once(fd: int, data: bytes) -> int:
+        monkeypatch.setattr(spool_module.os, "write", real_write)
+        real_write(fd, data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool_module.os, "write", disk_full_once)
+    with pytest.raises(Exception, match="No space left"):
+        spool.append(spool_record(failed))  # not acknowledged: the receiver answers a retryable error
+    spool.sync(spool.append(spool_record(after)))  # space is back: acknowledged
+    spool.close()  # the process stops with both records still spooled (SIGTERM before the insert)
+
+    p = IngestPipeline(store, PipelineSettings(spool_dir=spool_dir, flush_interval_s=0.05))
+    p.start()
+    p.stop()
+    assert p.replayed == 2_000
+    assert _count(store) == (2_000, 2_000)
+
+
+def test_replay_resumes_after_a_corrupt_record_and_reports_its_offset(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    spool = Spool(tmp_path / "s")
+    spool.open()
+    payloads = [table_to_ipc(_table(3, i)) for i in range(3)]
+    tickets = [spool.append(p) for p in payloads]
+    spool.sync(tickets[-1])
+    spool.close()
+    segment = next((tmp_path / "s").glob("seg-*"))
+    data = bytearray(segment.read_bytes())
+    second = 8 + len(payloads[0])
+    data[second + 8 + 10] ^= 0xFF  # damage the middle record's payload
+    segment.write_bytes(bytes(data))
+    with caplog.at_level("ERROR", logger="collectors.spool"):
+        records = list(Spool.read_segment(segment))
+    assert records == [payloads[0], payloads[2]]
+    assert f"at byte {second}" in caplog.text
