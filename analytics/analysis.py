@@ -57,8 +57,9 @@ from analytics.hot_path import (
 )
 from analytics.llm_calls import (
     LLM_CALLS_SCHEMA,
-    llm_call_rows,
+    calls_in_windows,
     llm_calls_summary,
+    logical_calls,
     signal_counts,
     span_attempts,
 )
@@ -386,8 +387,10 @@ def analyze(
         trace_rows = trace_spans_f.result()
         # LLM calls below a consumer are queued work, not part of the request they were enqueued by.
         llm_spans = without_queued_calls(llm_spans, trace_rows)
-        requests = with_sync_llm_calls(rows, llm_spans)
-        calls = llm_call_rows(llm_spans, attempts, roots["trace_key"], windows)
+        every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
+        requests = with_sync_llm_calls(rows, every_call)
+        calls = calls_in_windows(every_call, windows)
+        del every_call
         del rows
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).

@@ -14,9 +14,12 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, first_of_each, normalize
+from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.conventions import IS_HOT_ROOT, Conventions
+from analytics.llm_calls import logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.stats import percentile_exprs
+from analytics.trace_spans import fetch_structure
 from collectors.schema import TRACES_TABLE
 from collectors.store import Store
 
@@ -96,25 +99,29 @@ def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
     )
 
 
-def with_sync_llm_calls(requests: pl.DataFrame, llm_spans: pl.DataFrame) -> pl.DataFrame:
-    """``sync_llm_calls`` per request: the LLM spans on its trace's request path (from
-    :func:`analytics.llm_spans.fetch_llm_spans`, one row per span). Pure."""
+def with_sync_llm_calls(requests: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``sync_llm_calls`` per request: the logical LLM calls on its trace's request path (``calls``:
+    ``trace_key`` and ``sync`` per call, :func:`analytics.llm_calls.logical_calls`; an application
+    calling again after a failed call makes one call, not two). Pure."""
     # Each sync call finds its request rows by one join on the trace key, and the calls per row are a
     # bincount of those row numbers: half the time of grouping the calls by trace and joining the
     # counts back. A trace in both windows (overlapping windows) has a row in each; both count.
     rows = requests.select("trace_key").with_row_index("row")
-    hits = rows.join(llm_spans.filter(pl.col("sync")).select("trace_key"), on="trace_key", how="inner")
-    calls = np.bincount(hits["row"].to_numpy(), minlength=requests.height)
-    return requests.with_columns(pl.Series("sync_llm_calls", calls, dtype=pl.Int64)).select(
+    hits = rows.join(calls.filter(pl.col("sync")).select("trace_key"), on="trace_key", how="inner")
+    per_row = np.bincount(hits["row"].to_numpy(), minlength=requests.height)
+    return requests.with_columns(pl.Series("sync_llm_calls", per_row, dtype=pl.Int64)).select(
         list(REQUESTS_SCHEMA)
     )
 
 
 def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, in two reads."""
+    """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, read on their own."""
     roots = first_of_each(fetch_roots(store, windows, conventions), "trace_key")
     llm_spans = first_of_each(fetch_llm_spans(store, windows, conventions), "span_key")
-    return with_sync_llm_calls(request_rows(roots, windows), llm_spans)
+    structure = fetch_structure(store, boundary_traces(llm_spans), windows, conventions)
+    llm_spans = without_queued_calls(llm_spans, structure)
+    calls = logical_calls(llm_spans, span_attempts(llm_spans), roots["trace_key"])
+    return with_sync_llm_calls(request_rows(roots, windows), calls)
 
 
 def hot_path_summary(requests: pl.DataFrame) -> pl.DataFrame:

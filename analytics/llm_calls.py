@@ -29,8 +29,10 @@ __all__ = [
     "LLM_CALLS_SCHEMA",
     "SIGNAL_COUNTS_SCHEMA",
     "SPAN_ATTEMPTS_SCHEMA",
+    "calls_in_windows",
     "llm_call_rows",
     "llm_calls_summary",
+    "logical_calls",
     "signal_counts",
     "span_attempts",
 ]
@@ -131,24 +133,51 @@ def span_attempts(llm_spans: pl.DataFrame) -> pl.DataFrame:
     ).cast(pl.Schema(SPAN_ATTEMPTS_SCHEMA))
 
 
-def llm_call_rows(
-    llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series, windows: Windows
-) -> pl.DataFrame:
-    """One row per logical LLM call started in the baseline or current window
-    (:data:`CALLS_SCHEMA`), from the LLM spans (one row per span, ``sync`` final), their
-    :func:`span_attempts`, and the trace keys of hot-path requests. Pure."""
-    start = pl.col("start_ns")
-    current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
-    baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
-        start < pl.lit(windows.baseline_end).dt.epoch("ns")
+def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
+    """Two instrumentations on one call (Traceloop's ``anthropic.chat`` beside the Anthropic SDK's
+    own ``anthropic.messages.create``) leave two LLM spans of one provider and model, under one
+    parent, over the same time, with different names. Such a group is one call: the span with the
+    most attempts (the one the HTTP attempts sit under) stands for it, with the group's largest
+    token count. Same-name spans running in parallel are separate calls (an application fanning
+    out), and so are overlapping calls to different models."""
+    keys = ["trace_key", "parent_key", "provider"]
+    spans = spans.sort(*keys, "start_ns", "end_ns")
+    previous_model = pl.col("model").shift(1).over(keys)
+    overlaps = (
+        (pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys))
+        & (pl.col("call_key") != pl.col("call_key").shift(1).over(keys))
+        # Parallel calls to two models are two calls; a mirror names the same model (or none).
+        & ((pl.col("model") == previous_model) | (pl.col("model") == "") | (previous_model == ""))
     )
+    spans = spans.with_columns(
+        (~overlaps.fill_null(False)).cast(pl.Int64).cum_sum().over(keys).alias("_mirror")
+    )
+    group = [*keys, "_mirror"]
+    if spans.select(pl.len().over(group).max()).item() <= 1:
+        return spans.drop("_mirror")
+    return (
+        spans.with_columns(pl.col("tokens").max().over(group))
+        .sort("attempts", "start_ns", descending=[True, False], nulls_last=True)
+        .unique(subset=group, keep="first", maintain_order=False)
+        .drop("_mirror")
+    )
+
+
+def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series) -> pl.DataFrame:
+    """One row per logical LLM call, wherever it starts: ``trace_key``, ``start_ns`` (its first
+    span's) and the :data:`CALLS_SCHEMA` counts but ``window``, from the LLM spans (one row per
+    span, ``sync`` final), their :func:`span_attempts`, and the trace keys of hot-path requests.
+    A call's provider and model are the first non-empty ones of its spans (OpenInference leaves
+    the model off a call that failed). Pure."""
     spans = llm_spans.filter(pl.col("is_llm"))
+    columns = {k: v for k, v in CALLS_SCHEMA.items() if k != "window"} | {"start_ns": pl.Int64}
     if spans.is_empty():
-        return empty(CALLS_SCHEMA)
-    spans = (
+        return empty(columns)
+    spans = _one_span_per_instrumented_call(
         spans.select(
             "trace_key",
             "span_key",
+            "parent_key",
             "call_key",
             "start_ns",
             "end_ns",
@@ -158,10 +187,8 @@ def llm_call_rows(
             "resend",
             "tokens",
             (pl.col("sync") & pl.col("trace_key").is_in(hot_traces.implode())).alias("sync"),
-        )
-        .join(attempts, on="span_key", how="left")
-        .sort("call_key", "start_ns")
-    )
+        ).join(attempts, on="span_key", how="left")
+    ).sort("call_key", "start_ns")
     previous_end = pl.col("end_ns").shift(1).over("call_key")
     retries_previous = (
         previous_end.is_not_null()
@@ -169,13 +196,13 @@ def llm_call_rows(
         & (pl.col("start_ns") >= previous_end)
     )
     spans = spans.with_columns((~retries_previous).cast(pl.Int64).cum_sum().over("call_key").alias("call_no"))
-    calls = (
+    return (
         spans.group_by("call_key", "call_no")
         .agg(
             pl.col("trace_key").first(),
             pl.col("start_ns").first(),
-            pl.col("provider").first(),
-            pl.col("model").first(),
+            pl.col("provider").filter(pl.col("provider") != "").first().fill_null(""),
+            pl.col("model").filter(pl.col("model") != "").first().fill_null(""),
             pl.len().cast(pl.Int64).alias("spans"),
             pl.col("attempts").sum().alias("seen_attempts"),
             pl.col("failed_attempts").sum(),
@@ -189,6 +216,26 @@ def llm_call_rows(
         # exported failed (a resend follows a failure).
         .with_columns(pl.max_horizontal("seen_attempts", pl.col("resend") + 1).alias("attempts"))
         .with_columns(pl.col("failed_attempts") + pl.col("attempts") - pl.col("seen_attempts"))
+        .select(list(columns))
+        .cast(pl.Schema(columns))
+    )
+
+
+def llm_call_rows(
+    llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series, windows: Windows
+) -> pl.DataFrame:
+    """One row per logical LLM call started in the baseline or current window
+    (:data:`CALLS_SCHEMA`): :func:`logical_calls` by the window their first span starts in. Pure."""
+    return calls_in_windows(logical_calls(llm_spans, attempts, hot_traces), windows)
+
+
+def calls_in_windows(calls: pl.DataFrame, windows: Windows) -> pl.DataFrame:
+    """The :func:`logical_calls` that start in the baseline or current window, labelled
+    (:data:`CALLS_SCHEMA`). Pure."""
+    start = pl.col("start_ns")
+    current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
+    baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
+        start < pl.lit(windows.baseline_end).dt.epoch("ns")
     )
     return (
         calls.filter(current | baseline)

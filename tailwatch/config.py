@@ -71,6 +71,7 @@ __all__ = [
     "ENV_VARS",
     "INGEST_TOKEN_ENV",
     "JOB_NAMES",
+    "SECRET_PATH_HOSTS",
     "ConfigError",
     "EnvVar",
     "JobName",
@@ -79,6 +80,7 @@ __all__ = [
     "TailwatchConfig",
     "example_config",
     "load_config",
+    "mask_url",
     "parse_duration",
     "render_config",
 ]
@@ -765,6 +767,21 @@ def _check_files(config: TailwatchConfig, sources: Mapping[Key, str]) -> None:
 # ---------------------------------------------------------------------------------------------
 # Showing the configuration (secrets masked) and the commented example
 # ---------------------------------------------------------------------------------------------
+
+
+# Webhook services whose URL path is itself the credential.
+SECRET_PATH_HOSTS = ("hooks.slack.com", "discord.com", "discordapp.com", "webhook.office.com")
+
+
+def mask_url(url: str) -> str:
+    """A URL fit for logs and listings: no password, no query string, and no path for the webhook
+    services whose path is the secret (Slack, Discord, Teams)."""
+    try:
+        host = urlsplit(url).hostname or ""
+        secret_path = any(host == h or host.endswith("." + h) for h in SECRET_PATH_HOSTS)
+        return _mask_url(url, whole_path=secret_path)
+    except ValueError:  # e.g. a port that is not a number
+        return "<unparsable URL>"
 
 
 def _mask_url(url: str, *, whole_path: bool = False) -> str:

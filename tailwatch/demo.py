@@ -563,12 +563,14 @@ def _ingest(
 
 
 def _most_retried_run(store: Store, workflow: str, start: datetime, end: datetime) -> str:
-    """The trace of ``workflow`` with the most resent attempts in [start, end) ('' if none)."""
+    """The trace of ``workflow`` with the most failed HTTP attempts (429s, 5xx: the attempts the
+    provider SDK retries) in [start, end) ('' if none)."""
     from collectors.schema import TRACES_TABLE
 
     table = store.table(TRACES_TABLE)
     rows = store.query_rows(
-        f"SELECT TraceId, countIf(mapContains(SpanAttributes, 'http.request.resend_count')) AS resends "
+        "SELECT TraceId, countIf(toUInt16OrZero(SpanAttributes['http.status_code']) >= 400 "
+        "OR toUInt16OrZero(SpanAttributes['http.response.status_code']) >= 400) AS resends "
         f"FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} "
         f"AND TraceId IN (SELECT TraceId FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} "
         f"AND Timestamp < {{end:DateTime64(9)}} AND SpanAttributes['gen_ai.workflow.name'] = {{wf:String}}) "

@@ -3,20 +3,56 @@
 Every span is created by ``opentelemetry-sdk`` tracers (one ``TracerProvider`` per service and
 release, so ``service.name``/``service.version`` travel as resources) with explicit start and end
 times, on a compressed clock: three simulated days end at ``end`` and take seconds to produce.
-The spans follow the semantic conventions tailwatch reads (REFERENCE.md section 3): GenAI client
-spans ``chat {model}`` with provider, model and token usage; one HTTP client span per attempt with
-``http.request.resend_count`` on resends and ``429`` attempts marked with ``error.type``; a queue
-with Producer/Consumer spans joined by a span link; an ``invoke_workflow`` agent run with LLM and
-``execute_tool`` hops; users who abandon (``499``) once a response gets slow.
+
+The spans have the shapes that the instrumentation libraries users run actually emit (REFERENCE.md
+section 7), not the idealised shapes of the semantic conventions, each under the instrumentation
+scope of the library that would make it:
+
+* **Model calls** (``opentelemetry-instrumentation-openai-v2``, the SDKs sending through httpx):
+  one GenAI Client span per logical call, ``chat {model}`` / ``embeddings {model}``, with
+  ``gen_ai.operation.name``, ``gen_ai.provider.name`` (``gen_ai.system`` on services running the
+  older instrumentation), ``gen_ai.request.model``, ``gen_ai.response.model`` and
+  ``gen_ai.usage.input_tokens``/``output_tokens``. The provider SDK retries 408/409/429/5xx and
+  timeouts *inside* that call: the GenAI span has one httpx Client child ``POST`` per HTTP attempt
+  (``http.status_code`` on services on the old HTTP conventions, ``http.response.status_code`` on
+  the others; a throttled or failed attempt has status Error), and the SDK's backoff (exponential
+  with jitter, or the provider's ``retry-after``) is the gap between those children. No span carries
+  ``http.request.resend_count`` (Python instrumentations never set it). A call that succeeded after
+  retries has status Unset and the final usage; a call whose retries ran out has status Error,
+  ``error.type`` (``RateLimitError``, ``APITimeoutError``, …) and no usage.
+* **Application-level retries**: the agent re-calls a hop whose call failed (retries exhausted, or
+  a streamed response that stalled): a new same-name sibling GenAI span after the failed one ended.
+* **Celery** (``opentelemetry-instrumentation-celery`` defaults): ``apply_async/{task}`` Producer in
+  the web request's trace, ``run/{task}`` Consumer as its *child* (same trace, no link), with
+  ``messaging.destination`` (the routing key), ``messaging.message.id`` (the task id),
+  ``celery.task_name``, ``celery.state``; a retried task re-runs under the retry's
+  ``apply_async`` (a child of the failed run) with the same ``messaging.message.id``.
+* **Newer messaging conventions** (one queue keeps them): ``send {queue}`` Producer and
+  ``process {queue}`` Consumer in its own trace, joined by a span link, with
+  ``messaging.destination.name``.
+* **HTTP servers**: Server roots on the old (``http.method``, ``http.status_code``,
+  ``http.target``, ``http.route``) or the new conventions per service; FastAPI services add the
+  small Internal children ``{route} http receive`` / ``{route} http send``. Users who abandon a
+  slow response leave status ``499`` in whichever status attribute the service uses.
 
 The traffic (all numbers per simulated day at ``scale=1``)::
 
     chat-api       POST /chat       2400  auth, cache, retrieval, db; from 1.5.0 a sync LLM call (a)
     assistant-api  POST /ask        1600  one sync chat gpt-4o-mini call (the shared chat pool) (b)
-    upload-api     POST /documents  1000  -> queue doc-summaries -> summary-worker (long LLM call)
+    upload-api     POST /documents  1000  -> Celery task summarize_document -> summary-worker (LLM)
     search-api     GET /search      1600  auth, cache, embeddings, SELECT documents (d)
-    support-bot    POST /reply      1200  retrieval, chat claude-sonnet-4 (anthropic) (e)
+    support-bot    POST /reply      1200  retrieval, chat claude-sonnet-4 (anthropic) (e);
+                                          10% -> queue ticket-escalations -> escalation-router
     agent-runner   claims-triage     400  invoke_workflow: 3 LLM hops, 2 tool hops (c)
+
+    service          HTTP conventions  GenAI provider attribute  server framework
+    chat-api         old               gen_ai.system             FastAPI (receive/send spans)
+    assistant-api    new               gen_ai.provider.name      FastAPI (receive/send spans)
+    upload-api       old               -                         Flask
+    summary-worker   old (httpx)       gen_ai.system             Celery worker
+    search-api       new               gen_ai.provider.name      Flask
+    support-bot      new               gen_ai.provider.name      Flask
+    agent-runner     old (httpx)       gen_ai.provider.name      -
 
 The timeline: the simulated period is ``[end - 3d, end)``; every scenario changes the system at
 ``end - 1d``, so the last day is each scenario's *current* window and the day before it a clean
@@ -42,6 +78,7 @@ import math
 import random
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -147,8 +184,9 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "retry_amplification",
         None,
         "retries",
-        "the provider throttles the claims-triage models: every LLM hop retries (one span per attempt, "
-        "http.request.resend_count), attempts and billed tokens multiply",
+        "the provider throttles the claims-triage models: the SDK retries inside each call (one HTTP "
+        "child per attempt, 429s), calls that still fail are re-called by the agent, attempts and billed "
+        "tokens multiply",
     ),
     "internal_regression": ScenarioInfo(
         "internal_regression",
@@ -255,19 +293,45 @@ class _Collect(SpanProcessor):
 _EMPTY = Context()
 
 
+# The instrumentation scopes the spans are made under (name, version): the libraries whose shapes the
+# generator reproduces, at the versions they were read from (REFERENCE.md section 7).
+_SCOPES: Mapping[str, tuple[str, str]] = {
+    "app": ("tailwatch.generator", __version__),
+    "genai": ("opentelemetry.util.genai.handler", "1.1b0"),
+    "openai_v2": ("opentelemetry.instrumentation.openai_v2", "2.1b0"),
+    "httpx": ("opentelemetry.instrumentation.httpx", "0.66b2"),
+    "fastapi": ("opentelemetry.instrumentation.fastapi", "0.66b2"),
+    "flask": ("opentelemetry.instrumentation.flask", "0.66b2"),
+    "celery": ("opentelemetry.instrumentation.celery", "0.66b2"),
+}
+
+
+@dataclass(frozen=True)
+class _Scopes:
+    """The tracers of one (service, version), one per instrumentation scope."""
+
+    app: Tracer
+    genai: Tracer  # util-genai: GenAI spans with gen_ai.provider.name, workflow and tool spans
+    openai_v2: Tracer  # the older openai-v2 instrumentation: GenAI spans with gen_ai.system
+    httpx: Tracer
+    fastapi: Tracer
+    flask: Tracer
+    celery: Tracer
+
+
 class _Tracers:
     """One SDK TracerProvider per (service, version): the resource is per provider in OpenTelemetry."""
 
     def __init__(self, processor: SpanProcessor, seed: int) -> None:
         self._processor = processor
         self._ids = _SeededIds(seed)
-        self._tracers: dict[tuple[str, str], Tracer] = {}
+        self._scopes: dict[tuple[str, str], _Scopes] = {}
         self._providers: list[TracerProvider] = []
 
-    def get(self, service: str, version: str) -> Tracer:
+    def scopes(self, service: str, version: str) -> _Scopes:
         key = (service, version)
-        tracer = self._tracers.get(key)
-        if tracer is None:
+        scopes = self._scopes.get(key)
+        if scopes is None:
             provider = TracerProvider(
                 resource=Resource.create(
                     {
@@ -282,9 +346,38 @@ class _Tracers:
             )
             provider.add_span_processor(self._processor)
             self._providers.append(provider)
-            tracer = provider.get_tracer("tailwatch.generator", __version__)
-            self._tracers[key] = tracer
-        return tracer
+            scopes = _Scopes(**{k: provider.get_tracer(name, v) for k, (name, v) in _SCOPES.items()})
+            self._scopes[key] = scopes
+        return scopes
+
+    def get(self, service: str, version: str) -> Tracer:
+        return self.scopes(service, version).app
+
+
+@dataclass(frozen=True)
+class _Profile:
+    """How a service is instrumented, which decides the attribute names and extra spans it emits."""
+
+    # Instrumentations on their defaults write the old HTTP conventions (http.method,
+    # http.status_code, http.url, http.target); OTEL_SEMCONV_STABILITY_OPT_IN=http the new ones.
+    old_http: bool
+    # openai-v2 before util-genai writes gen_ai.system (and server.address on the GenAI span);
+    # util-genai >= 1.1 writes gen_ai.provider.name.
+    genai_system: bool
+    # "fastapi": ASGI middleware, Internal "{route} http receive/send" children; "flask": none.
+    framework: str = ""
+
+
+_PROFILES: Mapping[str, _Profile] = {
+    "chat-api": _Profile(old_http=True, genai_system=True, framework="fastapi"),
+    "assistant-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
+    "upload-api": _Profile(old_http=True, genai_system=False, framework="flask"),
+    "summary-worker": _Profile(old_http=True, genai_system=True),
+    "search-api": _Profile(old_http=False, genai_system=False, framework="flask"),
+    "support-bot": _Profile(old_http=False, genai_system=False, framework="flask"),
+    "agent-runner": _Profile(old_http=True, genai_system=False),
+    "escalation-router": _Profile(old_http=False, genai_system=False),
+}
 
 
 def _lognormal_ns(rng: random.Random, median_ms: float, sigma: float) -> int:
@@ -295,13 +388,38 @@ def _uniform_ns(rng: random.Random, lo_ms: float, hi_ms: float) -> int:
     return int(rng.uniform(lo_ms, hi_ms) * _MS)
 
 
+def _task_id(rng: random.Random) -> str:
+    """A Celery task id (a UUID4 string), from the service's stream so it is deterministic."""
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
 def abandon_probability(latency_ms: float, cliff_ms: float = 2000.0) -> float:
     """Users mostly wait until the response passes ``cliff_ms``, then leave quickly (a steep logistic)."""
     return 0.004 + 0.55 / (1.0 + math.exp(-(latency_ms - cliff_ms) / 120.0))
 
 
+# What the providers answer in gen_ai.response.model: the dated snapshot behind the alias.
+_RESPONSE_MODELS: Mapping[str, str] = {
+    "gpt-4o-mini": "gpt-4o-mini-2024-07-18",
+    "gpt-4.1-nano": "gpt-4.1-nano-2025-04-14",
+    "gpt-4o": "gpt-4o-2024-08-06",
+    "o4-mini": "o4-mini-2025-04-16",
+    "gpt-4.1": "gpt-4.1-2025-04-14",
+    "claude-sonnet-4": "claude-sonnet-4-20250514",
+}
+_PATHS: Mapping[tuple[str, str], str] = {
+    ("openai", "chat"): "/v1/chat/completions",
+    ("openai", "embeddings"): "/v1/embeddings",
+    ("anthropic", "chat"): "/v1/messages",
+}
+_BACKOFF_INITIAL_S = 0.5  # the openai and anthropic SDKs: 0.5 s x 2^n, at most 8 s, minus 0-25% jitter
+_BACKOFF_MAX_S = 8.0
+
+
 @dataclass
 class _Llm:
+    """One model endpoint as a client sees it: latency, usage and how its HTTP attempts fail."""
+
     provider: str
     model: str
     server: str
@@ -309,18 +427,29 @@ class _Llm:
     sigma: float
     input_tokens: int
     output_tokens: int
+    operation: str = "chat"
+    # Per HTTP attempt: throttled (429), a server error (5xx; anthropic's "overloaded" is 529), no
+    # response headers within the client's timeout (an APITimeoutError after the SDK's retries).
     p429: float = 0.0
-    p_timeout: float = 0.0  # failures after the prompt was sent: billed input, partial output
-    timeout_ms: float = 0.0
-    max_resends: int = 4
+    p5xx: float = 0.003
+    p_timeout: float = 0.0
+    timeout_ms: float = 8000.0
+    max_retries: int = 2  # the SDKs' default: up to 3 HTTP attempts per call
+    # Streamed responses: the HTTP attempt ends when the headers arrive; the GenAI span lasts until
+    # the last chunk. A stream that stalls is not retried by the SDK: the call fails (ReadTimeout).
+    stream: bool = False
+    p_stall: float = 0.0
 
 
 class _Trace:
     """Builds one trace with the SDK: children are laid out one after the other from a cursor."""
 
-    def __init__(self, tracer: Tracer, rng: random.Random) -> None:
-        self.tracer = tracer
+    def __init__(self, w: Workload, service: str, at_ns: int, rng: random.Random) -> None:
+        self.scopes = w.scopes(service, at_ns)
+        self.tracer = self.scopes.app
+        self.profile = _PROFILES[service]
         self.rng = rng
+        self.last_error = ""  # error.type of the last model call that failed
 
     def start(
         self,
@@ -331,9 +460,10 @@ class _Trace:
         kind: SpanKind = SpanKind.INTERNAL,
         attributes: Mapping[str, Any] | None = None,
         links: Sequence[Link] = (),
+        tracer: Tracer | None = None,
     ) -> Span:
         ctx = trace.set_span_in_context(parent) if parent is not None else _EMPTY
-        span = self.tracer.start_span(
+        span = (tracer or self.tracer).start_span(
             name, context=ctx, kind=kind, attributes=attributes, links=links, start_time=start_ns
         )
         assert isinstance(span, Span)
@@ -349,8 +479,9 @@ class _Trace:
         kind: SpanKind = SpanKind.INTERNAL,
         attributes: Mapping[str, Any] | None = None,
         error: str | None = None,
+        tracer: Tracer | None = None,
     ) -> int:
-        span = self.start(name, start_ns, parent=parent, kind=kind, attributes=attributes)
+        span = self.start(name, start_ns, parent=parent, kind=kind, attributes=attributes, tracer=tracer)
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         end = start_ns + max(duration_ns, 1000)
@@ -360,67 +491,233 @@ class _Trace:
     def gap(self) -> int:
         return int(self.rng.uniform(0.05, 0.4) * _MS)
 
-    def llm(self, llm: _Llm, parent: Span, start_ns: int, operation: str = "chat") -> int:
-        """A model call, one Client span per HTTP attempt; 429s back off and resend."""
-        rng = self.rng
-        t = start_ns
-        name = f"{operation} {llm.model}"
-        for attempt in range(llm.max_resends + 1):
-            attrs: dict[str, Any] = {
-                "gen_ai.operation.name": operation,
-                "gen_ai.provider.name": llm.provider,
-                "gen_ai.request.model": llm.model,
+    # -- HTTP server roots -------------------------------------------------------------------
+    def server(self, method: str, route: str, t0: int) -> tuple[Span, int]:
+        """A Server root as the service's web framework instrumentation makes it; returns the span
+        and the cursor after what the framework does before the handler runs."""
+        p = self.profile
+        name = f"{method} {route}"
+        attrs: dict[str, Any]
+        if p.old_http:
+            attrs = {
+                "http.method": method,
+                "http.scheme": "https",
+                "http.host": "api.example.com",
+                "http.flavor": "1.1",
+                "http.target": route,
+                "http.route": route,
+                "http.server_name": "api.example.com",
+                "net.host.port": 443,
+            }
+        else:
+            attrs = {
+                "http.request.method": method,
+                "url.scheme": "https",
+                "url.path": route,
+                "http.route": route,
+                "server.address": "api.example.com",
+                "server.port": 443,
+                "network.protocol.version": "1.1",
+            }
+        fastapi = p.framework == "fastapi"
+        root = self.start(
+            name,
+            t0,
+            kind=SpanKind.SERVER,
+            attributes=attrs,
+            tracer=self.scopes.fastapi if fastapi else self.scopes.flask,
+        )
+        t = t0 + self.gap()
+        if fastapi and method != "GET":
+            # The ASGI middleware wraps each receive() of the request body in a span of its own.
+            t = self.leaf(
+                f"{name} http receive",
+                t,
+                _uniform_ns(self.rng, 0.02, 0.08),
+                root,
+                attributes={"asgi.event.type": "http.request"},
+                tracer=self.scopes.fastapi,
+            )
+            t += self.gap()
+        return root, t
+
+    def finish_http(self, root: Span, end_ns: int, status: int = 200) -> None:
+        """Ends a Server root; past the abandonment cliff users close the connection (499)."""
+        p = self.profile
+        key = "http.status_code" if p.old_http else "http.response.status_code"
+        if p.framework == "fastapi":
+            # The ASGI middleware's send() spans: the response start (with the status the app
+            # answered) and the body.
+            fastapi = self.scopes.fastapi
+            name = f"{root.name} http send"
+            end_ns = self.leaf(
+                name,
+                end_ns,
+                _uniform_ns(self.rng, 0.02, 0.06),
+                root,
+                attributes={"asgi.event.type": "http.response.start", key: status},
+                tracer=fastapi,
+            )
+            end_ns = self.leaf(
+                name,
+                end_ns,
+                _uniform_ns(self.rng, 0.005, 0.02),
+                root,
+                attributes={"asgi.event.type": "http.response.body"},
+                tracer=fastapi,
+            )
+            end_ns += _uniform_ns(self.rng, 0.01, 0.05)
+        latency_ms = (end_ns - _start_of(root)) / _MS
+        if self.rng.random() < abandon_probability(latency_ms):
+            # The user closed the connection before the answer arrived: the server span records
+            # 499 (client closed request) in the service's own status attribute, the send span
+            # above keeps what the app answered.
+            status = 499
+        root.set_attribute(key, status)
+        if status >= 500:
+            if not p.old_http:
+                root.set_attribute("error.type", str(status))
+            root.set_status(Status(StatusCode.ERROR))
+        root.end(end_time=end_ns)
+
+    # -- model calls -------------------------------------------------------------------------
+    def _http_attempt(
+        self, call: Span, llm: _Llm, start_ns: int, duration_ns: int, status: int | None, error: str = ""
+    ) -> int:
+        """One HTTP attempt of the provider SDK, as the httpx instrumentation records it."""
+        url = f"https://{llm.server}{_PATHS[(llm.provider, llm.operation)]}"
+        attrs: dict[str, Any]
+        if self.profile.old_http:
+            attrs = {"http.method": "POST", "http.url": url, "server.address": llm.server}
+            if status is not None:
+                attrs["http.status_code"] = status
+        else:
+            attrs = {
+                "http.request.method": "POST",
+                "url.full": url,
                 "server.address": llm.server,
                 "server.port": 443,
+                "network.protocol.version": "1.1",
             }
-            if attempt:
-                attrs["http.request.resend_count"] = attempt
-            last = attempt == llm.max_resends
-            roll = rng.random()
-            if not last and roll < llm.p429:
-                attrs["http.response.status_code"] = 429
-                attrs["error.type"] = "429"
-                end = self.leaf(
-                    name,
-                    t,
-                    _uniform_ns(rng, 20, 90),
-                    parent,
-                    kind=SpanKind.CLIENT,
-                    attributes=attrs,
-                    error="429 Too Many Requests",
-                )
-                # Exponential backoff with jitter, as the provider SDKs do (Retry-After ~1 s).
-                t = end + int(min(8.0, 0.5 * 2**attempt) * rng.uniform(0.5, 1.0) * _S)
-                continue
-            if not last and roll < llm.p429 + llm.p_timeout:
-                attrs["error.type"] = "timeout"
-                attrs["gen_ai.usage.input_tokens"] = llm.input_tokens
-                attrs["gen_ai.usage.output_tokens"] = int(llm.output_tokens * rng.uniform(0.2, 0.8))
-                end = self.leaf(
-                    name,
-                    t,
-                    int(llm.timeout_ms * _MS),
-                    parent,
-                    kind=SpanKind.CLIENT,
-                    attributes=attrs,
-                    error="request timed out",
-                )
-                t = end + int(rng.uniform(0.2, 0.6) * _S)
-                continue
-            attrs["http.response.status_code"] = 200
-            attrs["gen_ai.response.model"] = llm.model
-            attrs["gen_ai.usage.input_tokens"] = int(llm.input_tokens * rng.uniform(0.7, 1.3))
-            attrs["gen_ai.usage.output_tokens"] = int(llm.output_tokens * rng.uniform(0.6, 1.4))
-            return self.leaf(
-                name,
-                t,
-                _lognormal_ns(rng, llm.median_ms, llm.sigma),
-                parent,
-                kind=SpanKind.CLIENT,
-                attributes=attrs,
-            )
-        raise AssertionError("the last attempt always succeeds")
+            if status is not None:
+                attrs["http.response.status_code"] = status
+            if status is not None and status >= 400:
+                attrs["error.type"] = str(status)
+            elif error:
+                attrs["error.type"] = error
+        span = self.start(
+            "POST", start_ns, parent=call, kind=SpanKind.CLIENT, attributes=attrs, tracer=self.scopes.httpx
+        )
+        if error:
+            span.set_status(Status(StatusCode.ERROR, error))
+        elif status is not None and status >= 400:
+            span.set_status(Status(StatusCode.ERROR))  # the instrumentation sets no description
+        end = start_ns + max(duration_ns, 1000)
+        span.end(end_time=end)
+        return end
 
+    def llm(self, llm: _Llm, parent: Span, start_ns: int, *, must_succeed: bool = False) -> tuple[int, bool]:
+        """One logical model call: a GenAI Client span with one httpx ``POST`` child per HTTP attempt.
+
+        The SDK retries 429, 5xx and timeouts up to ``llm.max_retries`` times, sleeping between
+        attempts (``retry-after`` for a 429, exponential backoff with jitter otherwise). Returns the
+        call's end and whether it succeeded; ``must_succeed`` makes the call succeed (its last
+        attempt answers, its stream does not stall).
+        """
+        rng = self.rng
+        p = self.profile
+        attrs: dict[str, Any] = {
+            "gen_ai.operation.name": llm.operation,
+            "gen_ai.request.model": llm.model,
+        }
+        if p.genai_system:
+            attrs["gen_ai.system"] = llm.provider
+            attrs["server.address"] = llm.server
+            attrs["server.port"] = 443
+        else:
+            attrs["gen_ai.provider.name"] = llm.provider
+        call = self.start(
+            f"{llm.operation} {llm.model}",
+            start_ns,
+            parent=parent,
+            kind=SpanKind.CLIENT,
+            attributes=attrs,
+            tracer=self.scopes.openai_v2 if p.genai_system else self.scopes.genai,
+        )
+        t = start_ns + _uniform_ns(rng, 0.5, 2.5)  # the SDK builds and serialises the request
+        failure = ""
+        for attempt in range(llm.max_retries + 1):
+            last = attempt == llm.max_retries
+            forced = must_succeed and last
+            roll = rng.random()
+            backoff_s = min(_BACKOFF_INITIAL_S * 2**attempt, _BACKOFF_MAX_S) * (1 - 0.25 * rng.random())
+            if not forced and roll < llm.p429:
+                t = self._http_attempt(call, llm, t, _uniform_ns(rng, 30, 120), 429)
+                failure = "RateLimitError"
+                backoff_s = rng.uniform(0.5, 2.0)  # the provider's retry-after, which the SDK honours
+            elif not forced and roll < llm.p429 + llm.p5xx:
+                code = 529 if llm.provider == "anthropic" else rng.choice((500, 502, 503))
+                t = self._http_attempt(call, llm, t, _uniform_ns(rng, 40, 400), code)
+                failure = "OverloadedError" if code == 529 else "InternalServerError"
+            elif not forced and roll < llm.p429 + llm.p5xx + llm.p_timeout:
+                t = self._http_attempt(call, llm, t, int(llm.timeout_ms * _MS), None, "ReadTimeout")
+                failure = "APITimeoutError"
+            else:
+                return self._answer(call, llm, t, stall=not must_succeed and rng.random() < llm.p_stall)
+            if not last:
+                t += int(backoff_s * _S)
+        # Retries exhausted: the SDK raises, the instrumentation records the error, no usage.
+        self.last_error = failure
+        call.set_attribute("error.type", failure)
+        call.set_status(Status(StatusCode.ERROR, failure))
+        end = t + _uniform_ns(rng, 0.2, 1.0)
+        call.end(end_time=end)
+        return end, False
+
+    def _answer(self, call: Span, llm: _Llm, t: int, *, stall: bool) -> tuple[int, bool]:
+        """The attempt that got a 200, and the rest of the call (the body, or the stream)."""
+        rng = self.rng
+        total = _lognormal_ns(rng, llm.median_ms, llm.sigma)
+        input_tokens = int(llm.input_tokens * rng.uniform(0.7, 1.3))
+        output_tokens = int(llm.output_tokens * rng.uniform(0.6, 1.4))
+        if llm.stream:
+            # The response headers arrive before the first token; the stream takes the rest.
+            headers = min(int(total * 0.9), _lognormal_ns(rng, 350, 0.35))
+            t = self._http_attempt(call, llm, t, headers, 200)
+            streamed = total - headers
+        else:
+            # Non-streamed completions answer when the whole completion is ready.
+            t = self._http_attempt(call, llm, t, total, 200)
+            streamed = 0
+        if stall:
+            # The stream stops part-way and the client's read timeout fires: the SDK does not retry
+            # a response that has begun, the call fails. Its usage is partial, not absent: the
+            # provider billed the prompt and the tokens streamed so far, and the instrumentation
+            # records what it saw (Anthropic's stream reports input tokens in its first event and
+            # output tokens as they come; token-counting instrumentations do the same for OpenAI —
+            # openai-v2 alone records usage only from the final chunk). So a re-call after a stall
+            # bills the prompt twice: this is what makes billed tokens multiply in a retry storm.
+            part = rng.uniform(0.2, 0.8)
+            end = t + int(streamed * part) + int(llm.timeout_ms * _MS)
+            call.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+            call.set_attribute("gen_ai.usage.output_tokens", int(output_tokens * part))
+            self.last_error = "ReadTimeout"
+            call.set_attribute("error.type", "ReadTimeout")
+            call.set_status(Status(StatusCode.ERROR, "ReadTimeout"))
+            call.end(end_time=end)
+            return end, False
+        end = t + streamed + _uniform_ns(rng, 0.3, 1.5)  # reading and parsing the body
+        call.set_attribute("gen_ai.response.model", _RESPONSE_MODELS.get(llm.model, llm.model))
+        call.set_attribute("gen_ai.usage.input_tokens", input_tokens)
+        if llm.operation == "chat":
+            # What the provider said, as the instrumentation copies it: anthropic's stop_reason.
+            reason = "end_turn" if llm.provider == "anthropic" else "stop"
+            call.set_attribute("gen_ai.response.finish_reasons", (reason,))
+            call.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+        call.end(end_time=end)
+        return end, True
+
+    # -- everything else ---------------------------------------------------------------------
     def db(self, statement: str, table: str, parent: Span, start_ns: int, duration_ns: int) -> int:
         return self.leaf(
             f"{statement} {table}",
@@ -452,29 +749,40 @@ class _Trace:
             "auth", start_ns, _lognormal_ns(self.rng, 6, 0.4), parent, attributes={"auth.method": "jwt"}
         )
 
-    def finish_http(self, root: Span, end_ns: int, status: int = 200) -> None:
-        """Ends a Server root; past the abandonment cliff users close the connection (499)."""
-        latency_ms = (end_ns - _start_of(root)) / _MS
-        if self.rng.random() < abandon_probability(latency_ms):
-            status = 499
-        root.set_attribute("http.response.status_code", status)
-        root.end(end_time=end_ns)
+    def s3(self, method: str, parent: Span, start_ns: int, median_ms: float) -> int:
+        return self.leaf(
+            method,
+            start_ns,
+            _lognormal_ns(self.rng, median_ms, 0.4),
+            parent,
+            kind=SpanKind.CLIENT,
+            attributes={"rpc.system": "aws-api", "rpc.service": "S3", "rpc.method": method},
+        )
+
+    def celery_publish(self, parent: Span, start_ns: int, task_id: str) -> tuple[Span, int]:
+        """``apply_async`` of the summary task, as the Celery instrumentation records a publish."""
+        producer = self.start(
+            f"apply_async/{_SUMMARY_TASK}",
+            start_ns,
+            parent=parent,
+            kind=SpanKind.PRODUCER,
+            attributes={
+                "celery.action": "apply_async",
+                "messaging.message.id": task_id,
+                "celery.task_name": _SUMMARY_TASK,
+                "messaging.destination": _SUMMARY_QUEUE,
+            },
+            tracer=self.scopes.celery,
+        )
+        end = start_ns + _uniform_ns(self.rng, 1, 4)
+        producer.end(end_time=end)
+        return producer, end
 
 
 def _start_of(span: Span) -> int:
     start = span.start_time
     assert start is not None
     return start
-
-
-def _server_attrs(method: str, route: str) -> dict[str, Any]:
-    return {
-        "http.request.method": method,
-        "http.route": route,
-        "url.path": route,
-        "url.scheme": "https",
-        "server.address": "api.example.com",
-    }
 
 
 @dataclass
@@ -544,6 +852,10 @@ class Workload:
     def tracer(self, service: str, at_ns: int) -> Tracer:
         return self._tracers.get(service, self.version(service, at_ns))
 
+    def scopes(self, service: str, at_ns: int) -> _Scopes:
+        """The service's tracers at that moment, one per instrumentation scope."""
+        return self._tracers.scopes(service, self.version(service, at_ns))
+
     def version(self, service: str, at_ns: int) -> str:
         """Releases over time: only chat-api's 1.5.0 changes behaviour (scenario a)."""
         if service == "chat-api":
@@ -561,6 +873,7 @@ class Workload:
             "summary-worker": "0.9.4",
             "support-bot": "2.1.0",
             "agent-runner": "0.4.1",
+            "escalation-router": "1.0.2",
         }[service]
 
     @property
@@ -639,9 +952,9 @@ def _pool_llm(w: Workload, at_ns: int, median_ms: float, sigma: float, in_tok: i
 
 def _build_chat(w: Workload, rng: random.Random, t0: int) -> None:
     """chat-api POST /chat: auth, cache, retrieval, db; 1.5.0 adds a synchronous LLM call (a)."""
-    b = _Trace(w.tracer("chat-api", t0), rng)
-    root = b.start("POST /chat", t0, kind=SpanKind.SERVER, attributes=_server_attrs("POST", "/chat"))
-    t = b.auth(root, t0 + b.gap()) + b.gap()
+    b = _Trace(w, "chat-api", t0, rng)
+    root, t = b.server("POST", "/chat", t0)
+    t = b.auth(root, t) + b.gap()
     hit = rng.random() < 0.3
     t = b.cache(root, t) + b.gap()
     if not hit:
@@ -656,67 +969,53 @@ def _build_chat(w: Workload, rng: random.Random, t0: int) -> None:
             + b.gap()
         )
     t = b.db("SELECT", "conversations", root, t, _lognormal_ns(rng, 8, 0.5)) + b.gap()
-    # Drawn whether or not the call is made, so switching (a) off leaves the stream unchanged.
     llm = _pool_llm(w, t0, 700, 0.4, 1800, 250)
+    status = 200
     if w.on("release_coupling", t0):
-        t = b.llm(llm, root, t) + b.gap()
+        end, ok = b.llm(llm, root, t)
+        t = end + b.gap()
+        status = 200 if ok else 500  # an unhandled provider error after the SDK's retries
     else:
         rng.random()
     t = b.db("INSERT", "messages", root, t, _lognormal_ns(rng, 4, 0.4)) + b.gap()
-    b.finish_http(root, t)
+    b.finish_http(root, t, status)
 
 
 def _build_assistant(w: Workload, rng: random.Random, t0: int) -> None:
     """assistant-api POST /ask: a synchronous call to the shared gpt-4o-mini pool (victim of b)."""
-    b = _Trace(w.tracer("assistant-api", t0), rng)
-    root = b.start("POST /ask", t0, kind=SpanKind.SERVER, attributes=_server_attrs("POST", "/ask"))
-    t = b.auth(root, t0 + b.gap()) + b.gap()
+    b = _Trace(w, "assistant-api", t0, rng)
+    root, t = b.server("POST", "/ask", t0)
+    t = b.auth(root, t) + b.gap()
     t = b.db("SELECT", "profiles", root, t, _lognormal_ns(rng, 6, 0.4)) + b.gap()
-    t = b.llm(_pool_llm(w, t0, 550, 0.3, 1200, 180), root, t) + b.gap()
-    b.finish_http(root, t)
+    end, ok = b.llm(_pool_llm(w, t0, 550, 0.3, 1200, 180), root, t)
+    b.finish_http(root, end + b.gap(), 200 if ok else 500)
+
+
+_SUMMARY_TASK = "summaries.summarize_document"
+_SUMMARY_QUEUE = "doc-summaries"  # the task's route: its queue, so the routing key
+_SUMMARY_MAX_RETRIES = 3  # Celery's default Task.max_retries
+_WORKER_HOST = "celery@summary-worker-1"
 
 
 def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
-    """upload-api enqueues a summary (Producer); summary-worker processes it (Consumer, linked)."""
-    b = _Trace(w.tracer("upload-api", t0), rng)
-    root = b.start(
-        "POST /documents", t0, kind=SpanKind.SERVER, attributes=_server_attrs("POST", "/documents")
-    )
-    t = b.auth(root, t0 + b.gap()) + b.gap()
-    t = (
-        b.leaf(
-            "PutObject",
-            t,
-            _lognormal_ns(rng, 35, 0.4),
-            root,
-            kind=SpanKind.CLIENT,
-            attributes={"rpc.system": "aws-api", "rpc.service": "S3", "rpc.method": "PutObject"},
-        )
-        + b.gap()
-    )
-    message_id = f"{rng.getrandbits(64):016x}"
-    producer = b.start(
-        "doc-summaries send",
-        t,
-        parent=root,
-        kind=SpanKind.PRODUCER,
-        attributes={
-            "messaging.system": "rabbitmq",
-            "messaging.destination.name": "doc-summaries",
-            "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.message.id": message_id,
-        },
-    )
+    """upload-api queues a Celery task; summary-worker runs it (Consumer, child of the Producer).
+
+    The worker's OpenAI client has ``max_retries=0`` and leaves retries to Celery: a failed model
+    call ends the run with state RETRY after ``self.retry(countdown=...)`` published the same task id
+    again (that ``apply_async`` is a child of the failed run); the next run is its child.
+    """
+    b = _Trace(w, "upload-api", t0, rng)
+    root, t = b.server("POST", "/documents", t0)
+    t = b.auth(root, t) + b.gap()
+    t = b.s3("PutObject", root, t, 35) + b.gap()
+    task_id = _task_id(rng)
+    producer, published = b.celery_publish(root, t, task_id)
     enqueue_ns = t
-    t += _uniform_ns(rng, 1, 4)
-    producer.end(end_time=t)
-    b.finish_http(root, t + b.gap(), status=202)
+    b.finish_http(root, published + b.gap(), status=202)
 
     noisy = w.on("noisy_neighbour", enqueue_ns)
     # The worker's own batch pool (gpt-4.1-nano) normally; the shared chat pool under (b).
     wait_ns = int(rng.expovariate(1 / (7.0 if noisy else 4.0)) * _S)
-    c0 = enqueue_ns + wait_ns
     llm_median, llm_sigma = (9000.0, 0.45) if noisy else (6000.0, 0.35)
     llm = (
         _gpt_4o_mini(llm_median, llm_sigma, 6000, 400, p429=0.06)
@@ -729,45 +1028,72 @@ def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
             sigma=llm_sigma,
             input_tokens=6000,
             output_tokens=400,
+            p429=0.015,
+            p5xx=0.005,
         )
     )
-    if c0 >= w.end_ns:
-        return  # still queued at the end of the simulated period: a pending job
-    wb = _Trace(w.tracer("summary-worker", c0), rng)
-    consumer = wb.start(
-        "doc-summaries process",
-        c0,
-        kind=SpanKind.CONSUMER,
-        attributes={
-            "messaging.system": "rabbitmq",
-            "messaging.destination.name": "doc-summaries",
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.message.id": message_id,
-        },
-        links=[Link(producer.get_span_context(), {"messaging.message.id": message_id})],
-    )
-    t = (
-        wb.leaf(
-            "GetObject",
-            c0 + wb.gap(),
-            _lognormal_ns(rng, 30, 0.4),
-            consumer,
-            kind=SpanKind.CLIENT,
-            attributes={"rpc.system": "aws-api", "rpc.service": "S3", "rpc.method": "GetObject"},
+    llm.max_retries = 0
+    parent: Span = producer
+    c0 = published + wait_ns
+    for retries in range(_SUMMARY_MAX_RETRIES + 1):
+        if c0 >= w.end_ns:
+            return  # still queued (or waiting for its retry countdown) at the end: a pending job
+        wb = _Trace(w, "summary-worker", c0, rng)
+        attrs: dict[str, Any] = {
+            "celery.action": "run",
+            "celery.task_name": _SUMMARY_TASK,
+            "messaging.message.id": task_id,
+            "messaging.conversation_id": task_id,
+            "messaging.destination": _SUMMARY_QUEUE,
+            "celery.delivery_info": str(
+                {"exchange": "", "routing_key": _SUMMARY_QUEUE, "priority": 0, "redelivered": False}
+            ),
+            "celery.hostname": _WORKER_HOST,
+        }
+        if retries:
+            attrs["celery.retries"] = retries
+        run = wb.start(
+            f"run/{_SUMMARY_TASK}",
+            c0,
+            parent=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attrs,
+            tracer=wb.scopes.celery,
         )
-        + wb.gap()
-    )
-    t = wb.llm(llm, consumer, t) + wb.gap()
-    t = wb.db("INSERT", "summaries", consumer, t, _lognormal_ns(rng, 5, 0.4)) + wb.gap()
-    consumer.end(end_time=t)
+        t = wb.s3("GetObject", run, c0 + wb.gap(), 30) + wb.gap()
+        t, ok = wb.llm(llm, run, t)
+        t += wb.gap()
+        if ok:
+            t = wb.db("INSERT", "summaries", run, t, _lognormal_ns(rng, 5, 0.4)) + wb.gap()
+            run.set_attribute("celery.state", "SUCCESS")
+            run.end(end_time=t)
+            return
+        error = f"{wb.last_error}('provider error')"
+        if retries == _SUMMARY_MAX_RETRIES:
+            # self.retry(exc=...) past max_retries re-raises the exception: the task fails.
+            run.set_attribute("celery.state", "FAILURE")
+            run.add_event(
+                "exception",
+                {"exception.type": wb.last_error, "exception.message": "provider error"},
+                timestamp=t,
+            )
+            run.set_status(Status(StatusCode.ERROR, error))
+            run.end(end_time=t)
+            return
+        countdown_s = 15 * 2**retries
+        run.set_attribute("celery.retry.reason", f"Retry in {countdown_s}s: {error}")
+        parent, published = wb.celery_publish(run, t, task_id)
+        run.set_attribute("celery.state", "RETRY")
+        run.end(end_time=published + wb.gap())
+        # The message waits out its ETA, then for a free worker.
+        c0 = published + countdown_s * _S + int(rng.expovariate(2.0) * _S)
 
 
 def _build_search(w: Workload, rng: random.Random, t0: int) -> None:
     """search-api GET /search: embeddings + SELECT documents; under (d) the query slows down."""
-    b = _Trace(w.tracer("search-api", t0), rng)
-    root = b.start("GET /search", t0, kind=SpanKind.SERVER, attributes=_server_attrs("GET", "/search"))
-    t = b.auth(root, t0 + b.gap()) + b.gap()
+    b = _Trace(w, "search-api", t0, rng)
+    root, t = b.server("GET", "/search", t0)
+    t = b.auth(root, t) + b.gap()
     t = b.cache(root, t) + b.gap()
     embeddings = _Llm(
         provider="openai",
@@ -777,8 +1103,10 @@ def _build_search(w: Workload, rng: random.Random, t0: int) -> None:
         sigma=0.3,
         input_tokens=40,
         output_tokens=0,
+        operation="embeddings",
     )
-    t = b.llm(embeddings, root, t, operation="embeddings") + b.gap()
+    end, ok = b.llm(embeddings, root, t)
+    t = end + b.gap()
     base = rng.lognormvariate(math.log(25), 0.5)
     if w.on("internal_regression", t0):
         # The planner switched to a sequential scan: an order of magnitude slower, heavier tail.
@@ -788,17 +1116,25 @@ def _build_search(w: Workload, rng: random.Random, t0: int) -> None:
         query_ms = base
     t = b.db("SELECT", "documents", root, t, int(query_ms * _MS)) + b.gap()
     t = b.leaf("rerank", t, _lognormal_ns(rng, 15, 0.3), root, attributes={"rerank.top_k": 20}) + b.gap()
-    b.finish_http(root, t)
+    b.finish_http(root, t, 200 if ok else 500)
+
+
+_ESCALATION_QUEUE = "ticket-escalations"
 
 
 def _build_support(w: Workload, rng: random.Random, t0: int) -> None:
-    """support-bot POST /reply: retrieval + chat claude-sonnet-4; under (e) the provider slows."""
-    b = _Trace(w.tracer("support-bot", t0), rng)
-    root = b.start("POST /reply", t0, kind=SpanKind.SERVER, attributes=_server_attrs("POST", "/reply"))
+    """support-bot POST /reply: retrieval + chat claude-sonnet-4; under (e) the provider slows.
+
+    One reply in ten is escalated to a human through a RabbitMQ queue instrumented with the newer
+    messaging conventions: ``send`` Producer here, ``process`` Consumer in escalation-router's own
+    trace, joined by a span link.
+    """
+    b = _Trace(w, "support-bot", t0, rng)
+    root, t = b.server("POST", "/reply", t0)
     t = (
         b.leaf(
             "retrieval tickets",
-            t0 + b.gap(),
+            t,
             _lognormal_ns(rng, 45, 0.4),
             root,
             attributes={"gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "tickets"},
@@ -815,9 +1151,47 @@ def _build_support(w: Workload, rng: random.Random, t0: int) -> None:
         input_tokens=2500,
         output_tokens=300,
     )
-    t = b.llm(llm, root, t) + b.gap()
+    end, ok = b.llm(llm, root, t)
+    t = end + b.gap()
     t = b.db("INSERT", "replies", root, t, _lognormal_ns(rng, 4, 0.4)) + b.gap()
-    b.finish_http(root, t)
+    escalate = rng.random() < 0.1
+    if escalate:
+        t = _escalate(w, b, rng, root, t) + b.gap()
+    b.finish_http(root, t, 200 if ok else 500)
+
+
+def _escalate(w: Workload, b: _Trace, rng: random.Random, root: Span, t: int) -> int:
+    message_id = f"{rng.getrandbits(64):016x}"
+    attrs = {
+        "messaging.system": "rabbitmq",
+        "messaging.destination.name": _ESCALATION_QUEUE,
+        "messaging.rabbitmq.destination.routing_key": _ESCALATION_QUEUE,
+        "messaging.message.id": message_id,
+    }
+    producer = b.start(
+        f"send {_ESCALATION_QUEUE}",
+        t,
+        parent=root,
+        kind=SpanKind.PRODUCER,
+        attributes={**attrs, "messaging.operation.type": "send", "messaging.operation.name": "send"},
+    )
+    end = t + _uniform_ns(rng, 1, 3)
+    producer.end(end_time=end)
+    c0 = t + _lognormal_ns(rng, 300, 0.6)
+    if c0 >= w.end_ns:
+        return end  # still queued at the end of the simulated period
+    cb = _Trace(w, "escalation-router", c0, rng)
+    consumer = cb.start(
+        f"process {_ESCALATION_QUEUE}",
+        c0,
+        kind=SpanKind.CONSUMER,
+        attributes={**attrs, "messaging.operation.type": "process", "messaging.operation.name": "process"},
+        links=[Link(producer.get_span_context())],
+    )
+    ct = cb.db("SELECT", "on_call", consumer, c0 + cb.gap(), _lognormal_ns(rng, 5, 0.4)) + cb.gap()
+    ct = cb.db("UPDATE", "tickets", consumer, ct, _lognormal_ns(rng, 4, 0.4)) + cb.gap()
+    consumer.end(end_time=ct)
+    return end
 
 
 _CLAIMS_HOPS: tuple[tuple[str, str, float, int, int], ...] = (
@@ -828,15 +1202,24 @@ _CLAIMS_HOPS: tuple[tuple[str, str, float, int, int], ...] = (
     ("tool", "fetch_claim_history", 200, 0, 0),
     ("llm", "gpt-4.1", 1800, 4000, 500),
 )
+_CLAIMS_CALLS = 3  # the agent gives each LLM hop up to three calls
 
 
 def _build_claims(w: Workload, rng: random.Random, t0: int) -> None:
-    """agent-runner's claims-triage workflow: LLM hops retry on 429 (c), tool hops never do."""
-    b = _Trace(w.tracer("agent-runner", t0), rng)
+    """agent-runner's claims-triage workflow: streamed LLM hops, two tool hops (c).
+
+    Inside each call the SDK retries 429s, 5xx and timeouts (HTTP attempt children); when a call
+    still fails (retries exhausted, or its stream stalled) the agent waits and calls the hop again:
+    a same-name sibling after the failed one. Under the storm the provider throttles a fifth of the
+    attempts and overloaded streams stall, so attempts and billed tokens multiply.
+    """
+    b = _Trace(w, "agent-runner", t0, rng)
+    genai = b.scopes.genai
     root = b.start(
         "invoke_workflow claims-triage",
         t0,
         attributes={"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "claims-triage"},
+        tracer=genai,
     )
     storm = w.on("retry_storm", t0)
     t = t0 + b.gap()
@@ -853,6 +1236,7 @@ def _build_claims(w: Workload, rng: random.Random, t0: int) -> None:
                         "gen_ai.tool.name": what,
                         "gen_ai.tool.type": "function",
                     },
+                    tracer=genai,
                 )
                 + b.gap()
             )
@@ -865,14 +1249,21 @@ def _build_claims(w: Workload, rng: random.Random, t0: int) -> None:
             sigma=0.35,
             input_tokens=in_tok,
             output_tokens=out_tok,
-            # A few throttled attempts always; the storm throttles a quarter of them and
-            # overloaded requests time out after the prompt was billed.
-            p429=0.25 if storm else 0.02,
-            p_timeout=0.08 if storm else 0.0,
-            timeout_ms=8000,
-            max_resends=6,
+            # A few throttled attempts always; the storm throttles a fifth of them, overloads the
+            # backends (5xx, requests that time out before answering) and stalls streams.
+            p429=0.20 if storm else 0.02,
+            p5xx=0.03 if storm else 0.003,
+            p_timeout=0.03 if storm else 0.0,
+            stream=True,
+            p_stall=0.10 if storm else 0.0,
         )
-        t = b.llm(llm, root, t) + b.gap()
+        for call in range(_CLAIMS_CALLS):
+            # The demo keeps the last call successful so every run has all five hops.
+            end, ok = b.llm(llm, root, t, must_succeed=call == _CLAIMS_CALLS - 1)
+            t = end + b.gap()
+            if ok:
+                break
+            t += int(rng.uniform(1.0, 3.0) * _S)  # the agent's own pause before calling again
     root.end(end_time=t)
 
 

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 
-from tailwatch.config import LogFormat
+from tailwatch.config import LogFormat, mask_url
 
-__all__ = ["JsonFormatter", "setup_logging"]
+__all__ = ["JsonFormatter", "RedactingFormatter", "redact_urls", "setup_logging"]
+
+_URL = re.compile(r"""\bhttps?://[^\s'"<>\\]+""")
+
+
+def redact_urls(text: str) -> str:
+    """Every URL in ``text`` masked (:func:`tailwatch.config.mask_url`): a webhook URL, a
+    ``user:password@`` store or an ``?apikey=`` never reaches a log, whoever logged it."""
+    return _URL.sub(lambda m: mask_url(m.group(0)), text)
+
 
 # Attributes every LogRecord has; anything else was passed through ``extra=`` and is kept in JSON.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+class RedactingFormatter(logging.Formatter):
+    """The plain line format, URLs masked (messages of other libraries and tracebacks too)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_urls(super().format(record))
 
 
 class JsonFormatter(logging.Formatter):
@@ -30,7 +47,7 @@ class JsonFormatter(logging.Formatter):
                 body[key] = value if isinstance(value, str | int | float | bool | None) else str(value)
         if record.exc_info:
             body["exc"] = self.formatException(record.exc_info)
-        return json.dumps(body, ensure_ascii=False)
+        return redact_urls(json.dumps(body, ensure_ascii=False))
 
 
 def setup_logging(fmt: LogFormat = "plain", level: str = "info") -> None:
@@ -41,7 +58,7 @@ def setup_logging(fmt: LogFormat = "plain", level: str = "info") -> None:
     handler.setFormatter(
         JsonFormatter()
         if fmt == "json"
-        else logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
+        else RedactingFormatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%Y-%m-%dT%H:%M:%S%z")
     )
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_tailwatch", False)]:
@@ -51,3 +68,7 @@ def setup_logging(fmt: LogFormat = "plain", level: str = "info") -> None:
     root.setLevel(level.upper())
     # APScheduler logs every run at INFO; our own job log lines say more, once.
     logging.getLogger("apscheduler").setLevel(max(logging.WARNING, root.level))
+    # httpx logs every request's full URL at INFO: for a Slack webhook the URL is the secret. The
+    # formatter masks URLs anyway; the request lines say nothing our delivery log does not.
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(logging.WARNING, root.level))

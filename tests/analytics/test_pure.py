@@ -442,3 +442,24 @@ def test_critical_path_prunes_messaging_boundaries_and_labels_retry_backoff() ->
         "h2": 40.0,
         "p": 0.0,
     }
+
+
+def test_two_instrumentations_on_one_call_make_one_call() -> None:
+    # Traceloop's anthropic.chat and the SDK's own anthropic.messages.create wrap the same call: one
+    # call, its attempts those under the SDK span. Two same-name calls in parallel stay two calls.
+    rows = [
+        ("t", "r", "anthropic.chat", 0, 100, "llm", False, False, 0, 40),
+        ("s", "r", "anthropic.messages.create", 2, 98, "llm", False, False, 0, 40),
+        ("h1", "s", "POST", 3, 20, "http", True, False, 0, 0),
+        ("h2", "s", "POST", 40, 97, "http", False, False, 0, 0),
+        ("p1", "r", "chat gpt-4o", 200, 300, "llm", False, False, 0, 10),
+        ("p2", "r", "chat gpt-4o", 210, 290, "llm", False, False, 0, 10),
+    ]
+    spans = _llm_frame(rows)
+    windows = Windows.of(datetime.fromtimestamp(0, UTC), datetime.fromtimestamp(1, UTC))
+    calls = llm_call_rows(spans, span_attempts(spans), pl.Series([1], dtype=pl.UInt64), windows)
+    assert sorted(calls.select("attempts", "failed_attempts", "tokens").rows()) == [
+        (1, 0, 10),
+        (1, 0, 10),
+        (2, 1, 40),
+    ]

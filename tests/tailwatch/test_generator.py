@@ -6,8 +6,9 @@ The checks read the SDK spans directly (fast); test_demo.py checks the same traf
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,35 @@ END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCALE = 0.25
 
 
+_OLD_HTTP = {"chat-api", "upload-api", "summary-worker", "agent-runner"}
+_GEN_AI_SYSTEM = {"chat-api", "summary-worker"}
+_FASTAPI = {"chat-api", "assistant-api"}
+
+
+def _service(span: ReadableSpan) -> str:
+    return str(span.resource.attributes["service.name"])
+
+
+def _status_code(span: ReadableSpan) -> int | None:
+    """The HTTP status of a span, in whichever convention its service writes."""
+    value = span.attributes.get("http.status_code", span.attributes.get("http.response.status_code"))
+    return None if value is None else int(str(value))
+
+
+def _failed(span: ReadableSpan) -> bool:
+    return span.status.status_code is StatusCode.ERROR or (_status_code(span) or 0) >= 400
+
+
+def _tokens(span: ReadableSpan) -> int:
+    return int(str(span.attributes.get("gen_ai.usage.input_tokens", 0))) + int(
+        str(span.attributes.get("gen_ai.usage.output_tokens", 0))
+    )
+
+
+def _is_llm(span: ReadableSpan) -> bool:
+    return span.attributes.get("gen_ai.operation.name") in ("chat", "embeddings")
+
+
 class Traffic:
     """Spans of one workload grouped per trace, with the windows of its timeline."""
 
@@ -42,8 +72,15 @@ class Traffic:
         self.workload = workload
         self.spans = workload.spans()
         self.traces: dict[int, list[ReadableSpan]] = defaultdict(list)
+        self.by_id: dict[int, ReadableSpan] = {}
+        self.children: dict[int, list[ReadableSpan]] = defaultdict(list)
         for span in self.spans:
             self.traces[span.context.trace_id].append(span)
+            self.by_id[span.context.span_id] = span
+            if span.parent is not None:
+                self.children[span.parent.span_id].append(span)
+        for kids in self.children.values():
+            kids.sort(key=_start)
         tl = workload.timeline
         self.baseline = (tl.ns(tl.baseline_start), tl.ns(tl.current_start))
         self.current = (tl.ns(tl.current_start), tl.ns(tl.end))
@@ -55,10 +92,15 @@ class Traffic:
             return "current"
         return None
 
+    def ancestors(self, span: ReadableSpan) -> Iterable[ReadableSpan]:
+        while span.parent is not None:
+            span = self.by_id[span.parent.span_id]
+            yield span
+
     def roots(self, service: str, name: str) -> Iterable[tuple[str, ReadableSpan, list[ReadableSpan]]]:
         for spans in self.traces.values():
             root = next(s for s in spans if s.parent is None)
-            if root.name == name and root.resource.attributes["service.name"] == service:
+            if root.name == name and _service(root) == service:
                 window = self.window_of(_start(root))
                 if window is not None:
                     yield window, root, spans
@@ -78,49 +120,60 @@ class Traffic:
     def llm_calls_per_request(self, service: str, name: str) -> dict[str, float]:
         calls: dict[str, list[int]] = defaultdict(list)
         for window, _, spans in self.roots(service, name):
-            # Logical calls: attempts share the parent and the name; count the final ones.
-            finals = [
-                s
-                for s in spans
-                if s.attributes.get("gen_ai.operation.name") == "chat"
-                and s.attributes.get("http.response.status_code") == 200
-            ]
-            calls[window].append(len(finals))
+            # One GenAI span per logical call (the SDK's retries are its HTTP children).
+            calls[window].append(sum(1 for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"))
         return {w: float(np.mean(v)) for w, v in calls.items()}
 
     def abandonment(self, service: str, name: str) -> dict[str, float]:
         rates: dict[str, list[bool]] = defaultdict(list)
         for window, root, _ in self.roots(service, name):
-            rates[window].append(root.attributes["http.response.status_code"] == 499)
+            rates[window].append(_status_code(root) == 499)
         return {w: float(np.mean(v)) for w, v in rates.items()}
 
+    def workflow_runs(self) -> dict[str, Counter[str]]:
+        """Per window: runs, logical hop calls, attempts (HTTP attempts of the LLM hops, one per tool
+        call), GenAI spans, failed calls, 429 attempts, tokens of every call and of the final calls."""
+        out: dict[str, Counter[str]] = defaultdict(Counter)
+        for window, root, _ in self.roots("agent-runner", "invoke_workflow claims-triage"):
+            c = out[window]
+            c["runs"] += 1
+            hops = self.children[root.context.span_id]
+            c["calls"] += len({s.name for s in hops})
+            for hop in hops:
+                if not _is_llm(hop):
+                    c["attempts"] += 1
+                    continue
+                attempts = self.children[hop.context.span_id]
+                c["attempts"] += len(attempts)
+                c["genai"] += 1
+                c["throttled"] += sum(1 for a in attempts if _status_code(a) == 429)
+                c["tokens"] += _tokens(hop)
+                if hop.status.status_code is StatusCode.ERROR:
+                    c["failed_calls"] += 1
+                else:
+                    c["final_tokens"] += _tokens(hop)
+        return out
+
     def attempt_amplification(self) -> dict[str, float]:
-        calls: dict[str, int] = defaultdict(int)
-        attempts: dict[str, int] = defaultdict(int)
-        for window, _, spans in self.roots("agent-runner", "invoke_workflow claims-triage"):
-            hops = [s for s in spans if s.parent is not None]
-            calls[window] += len({s.name for s in hops})
-            attempts[window] += len(hops)
-        return {w: attempts[w] / calls[w] for w in calls}
+        return {w: c["attempts"] / c["calls"] for w, c in self.workflow_runs().items()}
+
+    def token_amplification(self) -> dict[str, float]:
+        return {w: c["tokens"] / c["final_tokens"] for w, c in self.workflow_runs().items()}
 
     def cold_share(self, model: str) -> dict[str, float]:
+        """Share of the model's calls made below a Consumer span (queued work, not a request)."""
         counts: dict[str, list[bool]] = defaultdict(list)
-        for spans in self.traces.values():
-            root = next(s for s in spans if s.parent is None)
-            window = self.window_of(_start(root))
-            if window is None:
+        for span in self.spans:
+            if span.attributes.get("gen_ai.request.model") != model:
                 continue
-            for span in spans:
-                if span.attributes.get("gen_ai.request.model") == model:
-                    counts[window].append(root.kind is SpanKind.CONSUMER)
+            above = list(self.ancestors(span))
+            window = self.window_of(_start(above[-1] if above else span))
+            if window is not None:
+                counts[window].append(any(a.kind is SpanKind.CONSUMER for a in above))
         return {w: float(np.mean(v)) for w, v in counts.items()}
 
     def signature(self, service: str) -> list[tuple[str, int, int]]:
-        return sorted(
-            (s.name, _start(s), _end(s))
-            for s in self.spans
-            if s.resource.attributes["service.name"] == service
-        )
+        return sorted((s.name, _start(s), _end(s)) for s in self.spans if _service(s) == service)
 
 
 def _start(span: ReadableSpan) -> int:
@@ -171,57 +224,211 @@ def test_spans_carry_the_conventions(everything: Traffic) -> None:
         assert start_ns <= _start(span) < _end(span)
         if span.parent is None:
             assert _start(span) < end_ns  # nothing starts after the simulated end
+        # Python's HTTP instrumentations never number resends.
+        assert "http.request.resend_count" not in span.attributes
     roots = [s for s in spans if s.parent is None]
     assert {s.kind for s in roots} == {SpanKind.SERVER, SpanKind.CONSUMER, SpanKind.INTERNAL}
-    statuses = {s.attributes["http.response.status_code"] for s in roots if s.kind is SpanKind.SERVER}
-    assert statuses == {200, 202, 499}
-
-    llm = [s for s in spans if s.attributes.get("gen_ai.operation.name") in ("chat", "embeddings")]
-    assert llm and all(s.kind is SpanKind.CLIENT for s in llm)
-    for s in llm:
-        model = s.attributes["gen_ai.request.model"]
-        assert s.name == f"{s.attributes['gen_ai.operation.name']} {model}"
-        assert s.attributes["gen_ai.provider.name"] in ("openai", "anthropic")
-        if s.attributes.get("http.response.status_code") == 200:
-            assert s.attributes["gen_ai.usage.input_tokens"] > 0
-            assert "gen_ai.usage.output_tokens" in s.attributes
-        elif s.attributes.get("http.response.status_code") == 429:
-            assert s.attributes["error.type"] == "429"
-            assert s.status.status_code is StatusCode.ERROR
-    assert any(s.name == "chat gpt-4o-mini" for s in llm)
-
-    # One span per attempt: siblings with the same name; resends numbered 1, 2, … in time order.
-    attempts: dict[tuple[int, str], list[ReadableSpan]] = defaultdict(list)
-    for s in llm:
-        assert s.parent is not None
-        attempts[(s.parent.span_id, s.name)].append(s)
-    retried = [group for group in attempts.values() if len(group) > 1]
-    assert retried
-    for group in retried:
-        group.sort(key=_start)
-        assert "http.request.resend_count" not in group[0].attributes
-        assert [s.attributes["http.request.resend_count"] for s in group[1:]] == list(range(1, len(group)))
-        assert all(s.attributes.get("http.response.status_code") != 200 for s in group[:-1])
-        assert group[-1].attributes.get("http.response.status_code") == 200
-
-    # Producer -> Consumer through a span link, the consumer in another trace and service.
-    producers = {s.context.span_id: s for s in spans if s.kind is SpanKind.PRODUCER}
-    consumers = [s for s in spans if s.kind is SpanKind.CONSUMER]
-    assert producers and consumers and len(consumers) <= len(producers)
-    for c in consumers:
-        (link,) = c.links
-        p = producers[link.context.span_id]
-        assert link.context.trace_id == p.context.trace_id != c.context.trace_id
-        assert c.attributes["messaging.destination.name"] == p.attributes["messaging.destination.name"]
-        assert c.resource.attributes["service.name"] == "summary-worker"
-        assert _start(c) >= _start(p)
-
     versions = {s.resource.attributes["service.version"] for s in roots if s.name == "POST /chat"}
     assert versions == {"1.3.0", "1.4.0", "1.5.0"}
     workflow = [s for s in roots if s.name == "invoke_workflow claims-triage"]
     assert workflow and all(s.attributes["gen_ai.workflow.name"] == "claims-triage" for s in workflow)
     tools = {s.name for s in spans if s.attributes.get("gen_ai.operation.name") == "execute_tool"}
     assert tools == {"execute_tool lookup_policy", "execute_tool fetch_claim_history"}
+    scopes = {s.instrumentation_scope.name for s in spans if s.instrumentation_scope is not None}
+    assert {
+        "opentelemetry.instrumentation.httpx",
+        "opentelemetry.instrumentation.celery",
+        "opentelemetry.instrumentation.fastapi",
+        "opentelemetry.util.genai.handler",
+    } <= scopes
+
+
+def test_http_servers_old_and_new_conventions(everything: Traffic) -> None:
+    servers = [s for s in everything.spans if s.kind is SpanKind.SERVER]
+    assert {s.parent for s in servers} == {None}
+    statuses: set[int] = set()
+    for root in servers:
+        old = _service(root) in _OLD_HTTP
+        a = root.attributes
+        if old:
+            assert a["http.method"] and a["http.target"] == a["http.route"]
+            assert "http.request.method" not in a and "http.response.status_code" not in a
+        else:
+            assert a["http.request.method"] and a["url.path"] == a["http.route"]
+            assert "http.method" not in a and "http.status_code" not in a
+        status = _status_code(root)
+        assert status is not None
+        statuses.add(status)
+        kids = everything.children[root.context.span_id]
+        asgi = [k for k in kids if "asgi.event.type" in k.attributes]
+        if _service(root) not in _FASTAPI:
+            assert not asgi
+            continue
+        # FastAPI: a receive span for the body (POST), then two send spans: start (status) and body.
+        assert [k.name for k in asgi] == [f"{root.name} http receive"] + [f"{root.name} http send"] * 2
+        assert all(k.kind is SpanKind.INTERNAL and _duration_ms(k) < 1 for k in asgi)
+        assert _start(asgi[0]) < _start(kids[1]) and _end(asgi[-1]) <= _end(root)
+        assert asgi[1].attributes["asgi.event.type"] == "http.response.start"
+        assert _status_code(asgi[1]) in (200, 500)
+    assert {200, 202, 499} <= statuses
+    # Abandoned requests keep 499 in the status attribute of either convention.
+    abandoned = {_service(s) in _OLD_HTTP for s in servers if _status_code(s) == 499}
+    assert abandoned == {True, False}
+
+
+def test_model_calls_are_genai_spans_with_http_attempts(everything: Traffic) -> None:
+    llm = [s for s in everything.spans if _is_llm(s)]
+    assert llm and any(s.name == "chat gpt-4o-mini" for s in llm)
+    retried = 0
+    http_attempts = {s.context.span_id for s in llm for s in everything.children[s.context.span_id]}
+    for call in llm:
+        a = call.attributes
+        assert call.kind is SpanKind.CLIENT
+        assert call.name == f"{a['gen_ai.operation.name']} {a['gen_ai.request.model']}"
+        # One provider attribute, the older one on the services running the older instrumentation.
+        provider_key = "gen_ai.system" if _service(call) in _GEN_AI_SYSTEM else "gen_ai.provider.name"
+        assert a[provider_key] in ("openai", "anthropic")
+        assert {"gen_ai.system", "gen_ai.provider.name"} - {provider_key} & set(a) == set()
+
+        attempts = everything.children[call.context.span_id]
+        assert attempts, call.name
+        old = _service(call) in _OLD_HTTP
+        previous_end = _start(call)
+        for i, attempt in enumerate(attempts):
+            b = attempt.attributes
+            assert attempt.name == "POST" and attempt.kind is SpanKind.CLIENT
+            assert attempt.instrumentation_scope is not None
+            assert attempt.instrumentation_scope.name == "opentelemetry.instrumentation.httpx"
+            if old:
+                assert b["http.method"] == "POST" and str(b["http.url"]).startswith("https://")
+                assert "http.response.status_code" not in b
+            else:
+                assert b["http.request.method"] == "POST" and str(b["url.full"]).startswith("https://")
+                assert "http.status_code" not in b
+            assert b["server.address"] in ("api.openai.com", "api.anthropic.com")
+            # Attempts follow each other inside the call; every one but the last failed, and the
+            # SDK waited (backoff or retry-after, at least 0.375 s) before the next.
+            assert _start(attempt) >= previous_end and _end(attempt) <= _end(call)
+            if i:
+                assert _start(attempt) - previous_end >= 375_000_000
+            if i < len(attempts) - 1:
+                assert _failed(attempt)
+            status = _status_code(attempt)
+            if status == 429 or (status or 0) >= 500:
+                assert attempt.status.status_code is StatusCode.ERROR
+                assert old or b["error.type"] == str(status)
+            previous_end = _end(attempt)
+        retried += len(attempts) > 1
+
+        last = attempts[-1]
+        if call.status.status_code is StatusCode.ERROR:
+            assert a["error.type"]
+            if _failed(last):
+                # Retries exhausted: no usage.
+                assert "gen_ai.usage.input_tokens" not in a
+                assert a["error.type"] in (
+                    "RateLimitError",
+                    "InternalServerError",
+                    "OverloadedError",
+                    "APITimeoutError",
+                )
+            else:
+                # A streamed response that stalled: partial usage, no SDK retry.
+                assert a["error.type"] == "ReadTimeout" and _service(call) == "agent-runner"
+                assert int(str(a["gen_ai.usage.input_tokens"])) > 0
+        else:
+            assert _status_code(last) == 200 and last.status.status_code is StatusCode.UNSET
+            assert "error.type" not in a
+            assert int(str(a["gen_ai.usage.input_tokens"])) > 0
+            assert str(a["gen_ai.response.model"]).startswith(str(a["gen_ai.request.model"]))
+            if a["gen_ai.operation.name"] == "chat":
+                assert int(str(a["gen_ai.usage.output_tokens"])) > 0
+    assert retried > 20
+    # HTTP attempts are never GenAI spans and exist only under model calls.
+    posts = [s for s in everything.spans if s.name == "POST" and s.kind is SpanKind.CLIENT]
+    assert {s.context.span_id for s in posts} == http_attempts
+    assert not any("gen_ai.operation.name" in s.attributes for s in posts)
+    throttled = [s for s in posts if _status_code(s) == 429]
+    assert {_service(s) in _OLD_HTTP for s in throttled} == {True, False}
+
+
+def test_the_agent_calls_a_failed_hop_again(everything: Traffic) -> None:
+    again = 0
+    for _, root, _ in everything.roots("agent-runner", "invoke_workflow claims-triage"):
+        hops = everything.children[root.context.span_id]
+        by_name: dict[str, list[ReadableSpan]] = defaultdict(list)
+        for hop in hops:
+            by_name[hop.name].append(hop)
+        assert len(by_name) == 5
+        for name, calls in by_name.items():
+            if len(calls) == 1:
+                continue
+            # A same-name sibling comes only after a failed call has ended.
+            again += len(calls) - 1
+            assert name.startswith("chat ")
+            for before, after in itertools.pairwise(calls):
+                assert before.status.status_code is StatusCode.ERROR
+                assert _start(after) > _end(before)
+            assert calls[-1].status.status_code is StatusCode.UNSET
+    assert again > 5
+
+
+def test_celery_queue_consumers_are_children_of_producers(everything: Traffic) -> None:
+    producers = [s for s in everything.spans if s.name == "apply_async/summaries.summarize_document"]
+    runs = [s for s in everything.spans if s.name == "run/summaries.summarize_document"]
+    assert producers and runs and len(runs) <= len(producers)
+    for p in producers:
+        assert p.kind is SpanKind.PRODUCER
+        assert p.attributes["messaging.destination"] == "doc-summaries"
+        assert "messaging.destination.name" not in p.attributes
+        parent = everything.by_id[p.parent.span_id] if p.parent else None
+        # Enqueued by the upload request, or again by a run that asked for a retry.
+        assert parent is not None and parent.name in ("POST /documents", "run/summaries.summarize_document")
+    runs_of: dict[str, list[ReadableSpan]] = defaultdict(list)
+    for run in runs:
+        assert run.kind is SpanKind.CONSUMER and not run.links
+        assert run.parent is not None
+        producer = everything.by_id[run.parent.span_id]
+        assert producer.kind is SpanKind.PRODUCER and producer.context.trace_id == run.context.trace_id
+        task_id = run.attributes["messaging.message.id"]
+        assert producer.attributes["messaging.message.id"] == task_id
+        assert run.attributes["messaging.destination"] == "doc-summaries"
+        assert run.attributes["celery.task_name"] == "summaries.summarize_document"
+        assert _service(run) == "summary-worker" and _start(run) >= _end(producer)
+        # The worker's model call sits under the run.
+        calls = [k for k in everything.children[run.context.span_id] if _is_llm(k)]
+        assert len(calls) == 1
+        runs_of[str(task_id)].append(run)
+    retried = [sorted(rs, key=_start) for rs in runs_of.values() if len(rs) > 1]
+    assert len(retried) >= 5
+    for rs in retried:
+        # A retried task runs again with the same id, under the retry's apply_async, a child of the
+        # failed run.
+        for failed, again in itertools.pairwise(rs):
+            assert failed.attributes["celery.state"] == "RETRY"
+            retry_producer = everything.by_id[again.parent.span_id] if again.parent else None
+            assert retry_producer is not None and retry_producer.parent is not None
+            assert retry_producer.parent.span_id == failed.context.span_id
+            assert again.attributes["celery.retries"] == rs.index(again)
+        assert rs[-1].attributes["celery.state"] in ("SUCCESS", "RETRY", "FAILURE")
+    assert {r.attributes["celery.state"] for r in runs} >= {"SUCCESS", "RETRY"}
+
+
+def test_a_queue_on_the_newer_messaging_conventions_links_consumers(everything: Traffic) -> None:
+    producers = {s.context.span_id: s for s in everything.spans if s.name == "send ticket-escalations"}
+    consumers = [s for s in everything.spans if s.name == "process ticket-escalations"]
+    assert producers and consumers and len(consumers) <= len(producers)
+    for p in producers.values():
+        assert p.kind is SpanKind.PRODUCER and p.attributes["messaging.operation.type"] == "send"
+        assert _service(p) == "support-bot"
+    for c in consumers:
+        assert c.kind is SpanKind.CONSUMER and c.parent is None
+        (link,) = c.links
+        p = producers[link.context.span_id]
+        assert link.context.trace_id == p.context.trace_id != c.context.trace_id
+        assert c.attributes["messaging.destination.name"] == p.attributes["messaging.destination.name"]
+        assert c.attributes["messaging.operation.type"] == "process"
+        assert _service(c) == "escalation-router" and _start(c) >= _start(p)
 
 
 def test_abandonment_rises_steeply_past_two_seconds() -> None:
@@ -257,9 +464,16 @@ def test_noisy_neighbour_ground_truth(everything: Traffic, healthy: Traffic) -> 
 
 def test_retry_storm_ground_truth(everything: Traffic, healthy: Traffic) -> None:
     amp = everything.attempt_amplification()
-    assert amp["baseline"] < 1.05 and amp["current"] > 1.3
+    assert amp["baseline"] < 1.05 and amp["current"] > 1.2
+    tokens = everything.token_amplification()
+    assert tokens["baseline"] < 1.01 and tokens["current"] > 1.05
+    runs = everything.workflow_runs()
+    # The provider's 429s, read from the HTTP attempts.
+    assert runs["current"]["throttled"] > 5 * max(1, runs["baseline"]["throttled"])
+    assert runs["current"]["failed_calls"] > 10 and runs["baseline"]["failed_calls"] <= 1
     off = healthy.attempt_amplification()
     assert off["baseline"] < 1.05 and off["current"] < 1.05
+    assert healthy.token_amplification()["current"] < 1.01
 
 
 def test_internal_regression_is_in_the_database_span(everything: Traffic, healthy: Traffic) -> None:
