@@ -368,7 +368,7 @@ def analyze(
                 workflows_f.result(),
                 windows,
                 conv,
-                boundaries=boundary_traces(llm_spans_f.result()),
+                boundaries=boundary_traces(llm_spans_f.result(), roots["trace_key"]),
             )
         )
         # The last queries are small: they run while the traces are walked. Release times first, so
@@ -386,7 +386,7 @@ def analyze(
         attempts = span_attempts(llm_spans)
         trace_rows = trace_spans_f.result()
         # LLM calls below a consumer are queued work, not part of the request they were enqueued by.
-        llm_spans = without_queued_calls(llm_spans, trace_rows)
+        llm_spans = without_queued_calls(llm_spans, trace_rows, roots["trace_key"])
         every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
         requests = with_sync_llm_calls(rows, every_call)
         calls = calls_in_windows(every_call, windows)

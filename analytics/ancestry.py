@@ -24,10 +24,13 @@ __all__ = ["below_boundaries", "boundary_traces", "without_queued_calls"]
 _MAX_DEPTH = 64
 
 
-def boundary_traces(llm_spans: pl.DataFrame) -> pl.Series:
+def boundary_traces(llm_spans: pl.DataFrame, hot_traces: pl.Series | None = None) -> pl.Series:
     """Trace keys holding both a boundary span and a candidate synchronous LLM call (from
-    :func:`analytics.llm_spans.fetch_llm_spans`). Pure."""
+    :func:`analytics.llm_spans.fetch_llm_spans`), among ``hot_traces`` when given (only a hot
+    request's calls can be synchronous: a worker's own trace needs no walk). Pure."""
     boundaries = llm_spans.filter(pl.col("is_boundary")).select("trace_key").unique()
+    if hot_traces is not None:
+        boundaries = boundaries.filter(pl.col("trace_key").is_in(hot_traces.implode()))
     if boundaries.is_empty():
         return pl.Series("trace_key", [], dtype=pl.UInt64)
     candidates = llm_spans.filter(pl.col("sync")).select("trace_key").unique()
@@ -50,10 +53,12 @@ def below_boundaries(structure: pl.DataFrame, boundary_keys: pl.Series) -> pl.Se
     return pl.concat(found).unique()
 
 
-def without_queued_calls(llm_spans: pl.DataFrame, structure: pl.DataFrame) -> pl.DataFrame:
-    """``llm_spans`` with ``sync`` cleared for the LLM calls below a boundary span, the structure of
-    their traces taken from ``structure`` (the trace-spans pass). Pure."""
-    traces = boundary_traces(llm_spans)
+def without_queued_calls(
+    llm_spans: pl.DataFrame, structure: pl.DataFrame, hot_traces: pl.Series | None = None
+) -> pl.DataFrame:
+    """``llm_spans`` with ``sync`` cleared for the LLM calls below a boundary span (in ``hot_traces``
+    when given), the structure of their traces taken from ``structure`` (the trace-spans pass). Pure."""
+    traces = boundary_traces(llm_spans, hot_traces)
     if traces.is_empty():
         return llm_spans
     seeds = llm_spans.filter(pl.col("is_boundary") & pl.col("trace_key").is_in(traces.implode()))["span_key"]

@@ -287,13 +287,26 @@ def _span(key: str) -> str:
     return _attr("SpanAttributes", key)
 
 
+# Attribute lists are looked up one key at a time for their first entries (plain lookups are
+# cheaper per row than a lambda over the list), the rest through a lambda; each value appears once
+# in the text, as the planning of these expressions is a fixed cost of every read.
+_UNROLLED_KEYS = 4
+
+
 def _first(keys: str, column: str = "SpanAttributes") -> str:
     """The value of the first key of the ``Array(String)`` parameter ``keys`` present in ``column``
     with a non-empty value ('' when none): an attribute list of any length, still one parameter."""
-    return (
-        f"arrayFirst(v -> v != '', arrayMap(k -> {column}.values[indexOf({column}.keys, k)], "
-        f"{{{keys}:Array(String)}}))"
+    param = f"{{{keys}:Array(String)}}"
+    # An index past the list's end gives '', which no key equals.
+    lookups = [
+        f"nullIf({column}.values[indexOf({column}.keys, {param}[{i}])], '')"
+        for i in range(1, _UNROLLED_KEYS + 1)
+    ]
+    rest = (
+        f"nullIf(arrayFirst(v -> v != '', arrayMap(k -> {column}.values[indexOf({column}.keys, k)], "
+        f"arraySlice({param}, {_UNROLLED_KEYS + 1}))), '')"
     )
+    return f"coalesce({', '.join(lookups)}, {rest}, '')"
 
 
 def _has_any(keys: str) -> str:

@@ -100,7 +100,11 @@ def span_attempts(llm_spans: pl.DataFrame) -> pl.DataFrame:
     wire = (
         llm_spans.filter(pl.col("is_attempt"))
         .sort("parent_key", "start_ns")
-        .with_columns(pl.col("end_ns").shift(1).over("parent_key").alias("previous_end"))
+        .with_columns(
+            pl.when(pl.col("parent_key") == pl.col("parent_key").shift(1))
+            .then(pl.col("end_ns").shift(1))
+            .alias("previous_end")
+        )
         .group_by("parent_key")
         .agg(
             pl.len().cast(pl.Int64).alias("children"),
@@ -140,27 +144,33 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
     most attempts (the one the HTTP attempts sit under) stands for it, with the group's largest
     token count. Same-name spans running in parallel are separate calls (an application fanning
     out), and so are overlapping calls to different models."""
-    keys = ["trace_key", "parent_key", "provider"]
-    spans = spans.sort(*keys, "start_ns", "end_ns")
-    previous_model = pl.col("model").shift(1).over(keys)
+    # Only spans sharing a parent can be mirrors: the rest (most of them) skip the sort. Sorted by
+    # parent and start, "the previous span" is the previous row when the parent matches: shifts over
+    # the whole frame instead of window functions over hundreds of thousands of tiny groups (those
+    # cost seconds at a million spans).
+    shared = pl.col("parent_key").is_duplicated()
+    siblings = spans.filter(shared).sort("parent_key", "start_ns", "end_ns")
+    if siblings.is_empty():
+        return spans
+    previous_model = pl.col("model").shift(1)
     overlaps = (
-        (pl.col("start_ns") < pl.col("end_ns").cum_max().shift(1).over(keys))
-        & (pl.col("call_key") != pl.col("call_key").shift(1).over(keys))
+        (pl.col("parent_key") == pl.col("parent_key").shift(1))
+        & (pl.col("provider") == pl.col("provider").shift(1))
+        & (pl.col("start_ns") < pl.col("end_ns").shift(1))
+        & (pl.col("call_key") != pl.col("call_key").shift(1))
         # Parallel calls to two models are two calls; a mirror names the same model (or none).
         & ((pl.col("model") == previous_model) | (pl.col("model") == "") | (previous_model == ""))
     )
-    spans = spans.with_columns(
-        (~overlaps.fill_null(False)).cast(pl.Int64).cum_sum().over(keys).alias("_mirror")
-    )
-    group = [*keys, "_mirror"]
-    if spans.select(pl.len().over(group).max()).item() <= 1:
-        return spans.drop("_mirror")
-    return (
-        spans.with_columns(pl.col("tokens").max().over(group))
+    siblings = siblings.with_columns((~overlaps.fill_null(False)).cast(pl.Int64).cum_sum().alias("_mirror"))
+    if siblings["_mirror"].n_unique() == siblings.height:
+        return spans
+    kept = (
+        siblings.with_columns(pl.col("tokens").max().over("_mirror"))
         .sort("attempts", "start_ns", descending=[True, False], nulls_last=True)
-        .unique(subset=group, keep="first", maintain_order=False)
+        .unique(subset="_mirror", keep="first", maintain_order=False)
         .drop("_mirror")
     )
+    return pl.concat([spans.filter(~shared), kept])
 
 
 def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series) -> pl.DataFrame:
@@ -188,16 +198,33 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             "tokens",
             (pl.col("sync") & pl.col("trace_key").is_in(hot_traces.implode())).alias("sync"),
         ).join(attempts, on="span_key", how="left")
-    ).sort("call_key", "start_ns")
-    previous_end = pl.col("end_ns").shift(1).over("call_key")
-    retries_previous = (
-        previous_end.is_not_null()
-        & (pl.col("errored").shift(1).over("call_key") | (pl.col("resend") > 0))
-        & (pl.col("start_ns") >= previous_end)
     )
-    spans = spans.with_columns((~retries_previous).cast(pl.Int64).cum_sum().over("call_key").alias("call_no"))
-    return (
-        spans.group_by("call_key", "call_no")
+    # A call of one span needs no grouping (most calls): only repeated call keys are sorted and cut
+    # into calls. Sorted by call key and start, a row continues the call of the row before it.
+    repeated = pl.col("call_key").is_duplicated()
+    single = spans.filter(~repeated).select(
+        "trace_key",
+        "start_ns",
+        "provider",
+        "model",
+        pl.lit(1, pl.Int64).alias("spans"),
+        pl.col("attempts").alias("seen_attempts"),
+        "failed_attempts",
+        "throttled_attempts",
+        "backoff_ns",
+        "tokens",
+        "sync",
+        "resend",
+    )
+    multi = spans.filter(repeated).sort("call_key", "start_ns")
+    retries_previous = (
+        (pl.col("call_key") == pl.col("call_key").shift(1))
+        & (pl.col("errored").shift(1) | (pl.col("resend") > 0))
+        & (pl.col("start_ns") >= pl.col("end_ns").shift(1))
+    )
+    grouped = (
+        multi.with_columns((~retries_previous.fill_null(False)).cast(pl.Int64).cum_sum().alias("call_no"))
+        .group_by("call_no")
         .agg(
             pl.col("trace_key").first(),
             pl.col("start_ns").first(),
@@ -212,6 +239,10 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             pl.col("sync").first(),
             pl.col("resend").max(),
         )
+        .select(single.columns)
+    )
+    return (
+        pl.concat([single, grouped.cast(pl.Schema(single.schema))])
         # A span's resend count says how many attempts came before it, exported or not; the ones not
         # exported failed (a resend follows a failure).
         .with_columns(pl.max_horizontal("seen_attempts", pl.col("resend") + 1).alias("attempts"))

@@ -195,14 +195,15 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .sort("trace", "name", "start_ns")
     )
     # A sibling continues the call before it only after a failure (or when it says it is a resend).
-    previous_end = pl.col("end_ns").shift(1).over("trace", "name")
+    # Sorted by (trace, name, start): "the sibling before" is the row before with the same keys.
+    same_hop = (pl.col("trace") == pl.col("trace").shift(1)) & (pl.col("name") == pl.col("name").shift(1))
     retries_previous = (
-        previous_end.is_not_null()
-        & (pl.col("failed").shift(1).over("trace", "name") | (pl.col("resend") > 0))
-        & (pl.col("start_ns") >= previous_end)
+        same_hop
+        & (pl.col("failed").shift(1) | (pl.col("resend") > 0))
+        & (pl.col("start_ns") >= pl.col("end_ns").shift(1))
     )
     attempts = attempts.with_columns(
-        (~retries_previous).cast(pl.Int64).cum_sum().over("trace", "name").alias("call_no")
+        (~retries_previous.fill_null(False)).cast(pl.Int64).cum_sum().alias("call_no")
     )
     calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop"), "call_no").agg(
         (pl.len() + pl.col("inner_attempts").sum()).cast(pl.Int64).alias("attempts"),
