@@ -25,6 +25,19 @@ def utc(value: datetime, name: str = "time") -> datetime:
     return value.astimezone(UTC)
 
 
+# What the span table's DateTime64(9) holds (and a window's end plus the trace margin stays inside).
+_EARLIEST = datetime(1900, 1, 1, tzinfo=UTC)
+_LATEST = datetime(2262, 4, 11, tzinfo=UTC) - timedelta(days=1)
+
+
+def _check_range(value: datetime, name: str) -> None:
+    if not _EARLIEST <= value <= _LATEST:
+        raise AnalysisError(
+            f"{name} {value.isoformat()} is outside the times spans can have "
+            f"({_EARLIEST.date()} to {_LATEST.date()})"
+        )
+
+
 @dataclass(frozen=True)
 class Windows:
     """The current window [start, end) and the baseline window [baseline_start, baseline_end)."""
@@ -45,13 +58,22 @@ class Windows:
         start, end = utc(start, "start"), utc(end, "end")
         if end <= start:
             raise AnalysisError(f"end {end.isoformat()} must be after start {start.isoformat()}")
+        for name, value in (("start", start), ("end", end)):
+            _check_range(value, name)
         if (baseline_start is None) != (baseline_end is None):
             raise AnalysisError("give both baseline_start and baseline_end, or neither")
         if baseline_start is None or baseline_end is None:
             # The window of equal length just before start.
+            if start - _EARLIEST < end - start:
+                raise AnalysisError(
+                    f"the baseline before {start.isoformat()} would start before {_EARLIEST.date()}: "
+                    "give a shorter window or baseline_start/baseline_end"
+                )
             bs, be = start - (end - start), start
         else:
             bs, be = utc(baseline_start, "baseline_start"), utc(baseline_end, "baseline_end")
+            _check_range(bs, "baseline_start")
+            _check_range(be, "baseline_end")
             if be <= bs:
                 raise AnalysisError(
                     f"baseline_end {be.isoformat()} must be after baseline_start {bs.isoformat()}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -84,19 +85,21 @@ def decode_protobuf(body: bytes) -> ExportTraceServiceRequest:
         raise OtlpDecodeError(f"invalid protobuf ExportTraceServiceRequest: {exc}") from None
 
 
+# A JSON string: brackets inside one (a truncated prompt holding "[{") are text, not nesting.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_DEPTH_STEP = np.zeros(256, dtype=np.int8)
+_DEPTH_STEP[[ord("{"), ord("[")]] = 1
+_DEPTH_STEP[[ord("}"), ord("]")]] = -1
+
+
 def _json_depth_ok(body: bytes) -> bool:
-    # Counting brackets outside strings would need a tokenizer; this cheap upper bound (brackets
-    # anywhere, strings included) only matters for bodies that are mostly brackets, so run it only
-    # when the body could nest deeper than the limit at all.
-    depth = 0
-    for byte in body:
-        if byte == 0x7B or byte == 0x5B:  # { [
-            depth += 1
-            if depth > _MAX_JSON_DEPTH:
-                return False
-        elif byte == 0x7D or byte == 0x5D:  # } ]
-            depth -= 1
-    return True
+    """Whether the body's brackets outside strings nest at most ``_MAX_JSON_DEPTH`` deep: strings
+    removed by a regex, the depth as a running sum (both in C; a byte loop in Python took seconds
+    on a large export)."""
+    structure = np.frombuffer(_JSON_STRING.sub(b'""', body), dtype=np.uint8)
+    if structure.size == 0:
+        return True
+    return int(np.cumsum(_DEPTH_STEP[structure], dtype=np.int64).max()) <= _MAX_JSON_DEPTH
 
 
 def _hex_id(value: Any) -> str:

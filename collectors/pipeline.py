@@ -109,6 +109,7 @@ class IngestPipeline:
         self._reserved = 0
         self._state: _State = "new"
         self._store_ok = True
+        self._writer_ok = True  # false while the insert loop restarts after an unexpected error
         self._flush_requested = False
         self._draining = False
         self._thread: threading.Thread | None = None
@@ -185,6 +186,9 @@ class IngestPipeline:
             return (
                 self._state == "running"
                 and self._store_ok
+                and self._writer_ok
+                and self._thread is not None
+                and self._thread.is_alive()
                 and self._queued + self._reserved < self.settings.max_queue_spans
             )
 
@@ -322,6 +326,23 @@ class IngestPipeline:
             return batch
 
     def _run(self) -> None:
+        """The insert thread. An unexpected error restarts its loop (the queue lives on the pipeline,
+        so nothing is lost) and makes the pipeline unready meanwhile: the thread never dies silently
+        while exports keep being acknowledged."""
+        restarts = 0
+        while True:
+            try:
+                self._insert_loop()
+                return
+            except Exception:
+                restarts += 1
+                log.exception("ingest writer failed (restart %d); restarting it", restarts)
+                with self._cond:
+                    self._writer_ok = False
+                    self._cond.wait(min(0.1 * 2 ** min(restarts, 6), 5.0))
+                    self._writer_ok = True
+
+    def _insert_loop(self) -> None:
         failures = 0
         while True:
             batch = self._take_batch()
@@ -348,11 +369,10 @@ class IngestPipeline:
                         self._cond.wait(min(0.1 * 2 ** min(failures, 6), 5.0))
                 continue
             failures = 0
-            self.metrics.insert_seconds.observe(time.perf_counter() - started)
-            self.metrics.batch_rows.observe(rows)
-            self.metrics.inserted.inc(rows)
             self.inserted += rows
             released: dict[int, int] = {}
+            # The batch is in the store: take it off the queue before anything else can fail, so a
+            # restarted loop never inserts it twice.
             with self._cond:
                 self._store_ok = True
                 for _ in batch:
@@ -363,10 +383,18 @@ class IngestPipeline:
                     if item.ticket is not None:
                         released[item.ticket.segment] = released.get(item.ticket.segment, 0) + 1
                 self._queued -= rows
-                self.metrics.queue_depth.set(self._queued)
                 self._cond.notify_all()
+            self.metrics.queue_depth.set(self._queued)
+            self.metrics.insert_seconds.observe(time.perf_counter() - started)
+            self.metrics.batch_rows.observe(rows)
+            self.metrics.inserted.inc(rows)
             if self._spool is not None and released:
-                self._spool.release(released)
+                try:
+                    self._spool.release(released)
+                except Exception as exc:
+                    # The spans are inserted; a segment left behind is replayed at the next start
+                    # and its rows found present, so this costs disk, not data.
+                    log.error("spool release failed (segments kept until the next start): %s", exc)
                 self.metrics.spool_bytes.set(self._spool.pending_bytes)
 
     # --- recovery ------------------------------------------------------------------------------

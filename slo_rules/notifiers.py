@@ -7,7 +7,8 @@ raises into the outbox; it returns what happened. Every request carries
   receiver can drop the duplicate an at-least-once sender produces when it crashes between the
   receiver's 2xx and recording the delivery;
 - with a secret: ``X-Tailwatch-Timestamp`` (Unix seconds) and ``X-Tailwatch-Signature:
-  sha256=<hex HMAC-SHA256(secret, raw body)>``.
+  sha256=<hex HMAC-SHA256(secret, "<timestamp>." + raw body)>`` — the timestamp is signed, so a
+  captured request cannot be replayed later under a fresh one.
 
 Retries inside one ``send``: 429, 5xx and network errors, exponential backoff with full jitter,
 ``Retry-After`` first (when it is short enough to wait for; a longer one is handed back to the
@@ -328,14 +329,34 @@ def pagerduty_body(notification: Notification, routing_key: str, source: str = "
 # Signing
 
 
-def sign(secret: str, body: bytes) -> str:
-    """``sha256=<hex>``: HMAC-SHA256 of the raw request body with the shared secret."""
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+# How far a signed timestamp may be from the receiver's clock before a request counts as replayed.
+SIGNATURE_TOLERANCE_S = 300
 
 
-def verify_signature(secret: str, body: bytes, header: str) -> bool:
-    """What a receiver runs: recompute over the raw bytes received and compare in constant time."""
-    return hmac.compare_digest(sign(secret, body), header.strip())
+def sign(secret: str, body: bytes, timestamp: int | str) -> str:
+    """``sha256=<hex>``: HMAC-SHA256 of ``"<timestamp>." + raw body`` with the shared secret."""
+    message = str(timestamp).encode() + b"." + body
+    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
+
+
+def verify_signature(
+    secret: str,
+    body: bytes,
+    header: str,
+    timestamp: str,
+    *,
+    tolerance_s: float = SIGNATURE_TOLERANCE_S,
+    now: float | None = None,
+) -> bool:
+    """What a receiver runs: the timestamp header within ``tolerance_s`` of its clock, and the HMAC
+    recomputed over it and the raw bytes received, compared in constant time."""
+    try:
+        sent = int(timestamp.strip())
+    except ValueError:
+        return False
+    if abs((time.time() if now is None else now) - sent) > tolerance_s:
+        return False
+    return hmac.compare_digest(sign(secret, body, sent), header.strip())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,8 +440,9 @@ class _HttpNotifier:
             IDEMPOTENCY_HEADER: notification.id,
         }
         if self.secret:
-            headers[TIMESTAMP_HEADER] = str(int(time.time()))
-            headers[SIGNATURE_HEADER] = sign(self.secret, body)
+            timestamp = str(int(time.time()))
+            headers[TIMESTAMP_HEADER] = timestamp
+            headers[SIGNATURE_HEADER] = sign(self.secret, body, timestamp)
         return headers
 
     def send(self, notification: Notification) -> DeliveryResult:

@@ -83,6 +83,10 @@ _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
 
 
+# Longer windows or intervals are typos (and overflow date arithmetic).
+MAX_DURATION_S = 3650 * 86400.0
+
+
 def parse_duration(value: Any) -> timedelta:
     """``"30d"``, ``"1h30m"``, ``"500ms"`` or a number of seconds → :class:`timedelta`."""
     if isinstance(value, timedelta):
@@ -105,6 +109,8 @@ def parse_duration(value: Any) -> timedelta:
         raise ValueError(f"invalid duration {value!r}: use a number and a unit, e.g. 30s, 5m, 1h, 1d")
     if seconds <= 0:
         raise ValueError(f"duration {value!r} must be positive")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(f"duration {value!r} is longer than 10 years")
     return timedelta(seconds=seconds)
 
 
@@ -372,8 +378,20 @@ class _LineMap:
         return best
 
 
+# A rule file expanding past this many values is refused: YAML aliases can repeat an anchor
+# exponentially ("billion laughs") while the text stays a few hundred bytes.
+_MAX_VALUES = 100_000
+
+
+class _TooLarge(Exception):
+    def __init__(self, line: int) -> None:
+        self.line = line
+
+
 def _construct(node: yaml.Node, path: NodePath, lines: _LineMap, problems: list[tuple[int, str]]) -> Any:
     lines.lines[path] = node.start_mark.line + 1
+    if len(lines.lines) > _MAX_VALUES:
+        raise _TooLarge(node.start_mark.line + 1)
     if isinstance(node, yaml.MappingNode):
         out: dict[Any, Any] = {}
         for key_node, value_node in node.value:
@@ -492,7 +510,14 @@ def _check_text(text: str, file: str) -> tuple[_RuleFile | None, list[RuleProble
         return None, [RuleProblem(file, 1, "the file is empty; expected a mapping with 'rules:'")]
     lines = _LineMap()
     raw: list[tuple[int, str]] = []
-    data = _construct(node, (), lines, raw)
+    try:
+        data = _construct(node, (), lines, raw)
+    except _TooLarge as exc:
+        message = (
+            f"the file expands to more than {_MAX_VALUES:,} values (YAML aliases repeating an anchor?); "
+            "write the rules out"
+        )
+        return None, [RuleProblem(file, exc.line, message)]
     problems.extend(RuleProblem(file, line, message) for line, message in raw)
     if not isinstance(data, dict):
         problems.append(RuleProblem(file, node.start_mark.line + 1, "expected a mapping with 'rules:'"))

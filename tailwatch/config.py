@@ -60,6 +60,7 @@ from pydantic import (
 from collectors.errors import StoreError, TailwatchError
 from collectors.settings import PipelineSettings
 from collectors.store import STORE_ENV, default_store_dsn, parse_dsn
+from slo_rules.rules import MAX_DURATION_S
 
 if TYPE_CHECKING:
     from analytics import Conventions
@@ -168,6 +169,8 @@ def parse_duration(value: object) -> float:
         raise ValueError(f"expected {_DURATION_HINT}, got {value!r}")
     if seconds <= 0:
         raise ValueError(f"a duration must be positive, got {value!r}")
+    if seconds > MAX_DURATION_S:  # longer is a typo, and overflows date arithmetic
+        raise ValueError(f"a duration must be at most 3650d, got {value!r}")
     return seconds
 
 

@@ -248,6 +248,32 @@ def test_hostile_json_is_a_decode_error(body: bytes) -> None:
         decode_json(body)
 
 
+def test_brackets_inside_strings_are_not_nesting() -> None:
+    # Regression: ~30 spans whose prompt attribute was truncated after "[{" made the bracket count
+    # exceed the depth limit, and the export got a non-retryable 400.
+    spans = [
+        {
+            "traceId": f"{i + 1:032x}",
+            "spanId": f"{i + 1:016x}",
+            "name": "chat gpt-4o",
+            "startTimeUnixNano": "1",
+            "endTimeUnixNano": "2",
+            "attributes": [
+                {"key": "gen_ai.prompt", "value": {"stringValue": 'see [{"role": "user", \\"x[{'}}
+            ],
+        }
+        for i in range(40)
+    ]
+    body = json.dumps({"resourceSpans": [{"scopeSpans": [{"spans": spans}]}]}).encode()
+    assert body.count(b"[") + body.count(b"{") > 64
+    request = decode_json(body)
+    assert len(request.resource_spans[0].scope_spans[0].spans) == 40
+    # Nesting outside strings is still refused, escaped quotes in strings notwithstanding.
+    deep = b'{"a": "\\"[[[", "b": ' + b"[" * 100 + b"]" * 100 + b"}"
+    with pytest.raises(OtlpDecodeError, match="nested deeper"):
+        decode_json(deep)
+
+
 def test_invalid_utf8_and_truncation_in_protobuf() -> None:
     request, _ = make_request(3)
     body = request.SerializeToString()

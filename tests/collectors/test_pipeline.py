@@ -299,3 +299,56 @@ def test_replay_resumes_after_a_corrupt_record_and_reports_its_offset(
         records = list(Spool.read_segment(segment))
     assert records == [payloads[0], payloads[2]]
     assert f"at byte {second}" in caplog.text
+
+
+def test_a_failing_spool_release_does_not_stop_the_inserts(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Regression: an exception from Spool.release (outside the insert's try) ended the insert thread
+    # silently; later exports were still acknowledged (spooled) but never inserted, /readyz said 200.
+    p = IngestPipeline(store, PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s"))
+    p.start()
+    try:
+        assert p._spool is not None
+        real_release = p._spool.release
+        calls = {"n": 0}
+
+        def release_fails_once(counts: dict[int, int]) -> None:
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise OSError(5, "Input/output error")
+            real_release(counts)
+
+        monkeypatch.setattr(p._spool, "release", release_fails_once)
+        assert p.submit(_table(100, 31)).status == "accepted"
+        assert p.flush(10)
+        assert p.submit(_table(100, 32)).status == "accepted"
+        assert p.flush(10)
+        assert calls["n"] >= 2 and p.ready
+    finally:
+        p.stop()
+    assert _count(store) == (200, 200)
+
+
+def test_an_unexpected_writer_error_restarts_the_loop_and_loses_nothing(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    p = IngestPipeline(store, PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s"))
+    real_take = p._take_batch
+    calls = {"n": 0}
+
+    def take_fails_once() -> object:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug in the batching")
+        return real_take()
+
+    monkeypatch.setattr(p, "_take_batch", take_fails_once)
+    p.start()
+    try:
+        assert p.submit(_table(50, 33)).status == "accepted"
+        assert p.flush(10)
+        assert p.ready and p._thread is not None and p._thread.is_alive()
+    finally:
+        p.stop()
+    assert _count(store) == (50, 50)

@@ -85,10 +85,15 @@ def test_webhook_is_alertmanager_v4_signed_and_keyed(
     assert got.headers["idempotency-key"] == f"{1:032x}"
     assert got.headers["content-type"] == "application/json"
     assert int(got.headers["x-tailwatch-timestamp"]) == pytest.approx(time.time(), abs=60)
-    # The receiver's check: HMAC-SHA256 of the raw body with the shared secret.
-    assert verify_signature("s3cr3t", got.body, got.headers["x-tailwatch-signature"])
-    assert not verify_signature("wrong", got.body, got.headers["x-tailwatch-signature"])
-    assert not verify_signature("s3cr3t", got.body + b" ", got.headers["x-tailwatch-signature"])
+    # The receiver's check: HMAC-SHA256 of "<timestamp>." + the raw body with the shared secret.
+    stamp, signature = got.headers["x-tailwatch-timestamp"], got.headers["x-tailwatch-signature"]
+    assert verify_signature("s3cr3t", got.body, signature, stamp)
+    assert not verify_signature("wrong", got.body, signature, stamp)
+    assert not verify_signature("s3cr3t", got.body + b" ", signature, stamp)
+    # Regression: the timestamp was not signed, so a captured body replayed with a fresh timestamp
+    # verified. Now the fresh timestamp breaks the signature, and the old one is out of tolerance.
+    assert not verify_signature("s3cr3t", got.body, signature, str(int(stamp) + 600))
+    assert not verify_signature("s3cr3t", got.body, signature, stamp, now=int(stamp) + 600)
     body = got.json()
     assert set(body) == {
         "version",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -141,6 +142,11 @@ def test_every_problem_has_its_line(tmp_path: Path) -> None:
             "rules:\n  - name: x\n    kind: abandonment\n    max_rate: 0.1\n    labels: {service: y}\n",
             "2: rules[0]:",
         ),
+        # Regressions: these were tracebacks (serve exited) instead of problems with their line.
+        (
+            "rules:\n  - name: x\n    kind: abandonment\n    max_rate: 0.1\n    window: 99999999999999d\n",
+            "5: rules[0].window: duration '99999999999999d' is longer than 10 years",
+        ),
     ],
 )
 def test_single_problems(tmp_path: Path, text: str, expected: str) -> None:
@@ -149,6 +155,18 @@ def test_single_problems(tmp_path: Path, text: str, expected: str) -> None:
     problems = check_rule_files([path])
     assert problems, text
     assert str(problems[0]).startswith(f"{path}:{expected}"), str(problems[0])
+
+
+def test_a_yaml_alias_bomb_is_a_problem_not_a_hang(tmp_path: Path) -> None:
+    # Regression: ten levels of ten aliases (10^7 values from 300 bytes) took the loader minutes.
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 8)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\nrules: []\n")
+    started = time.monotonic()
+    problems = check_rule_files([path])
+    assert time.monotonic() - started < 10
+    assert len(problems) == 1 and "expands to more than 100,000 values" in problems[0].message
 
 
 def test_missing_file_and_cross_file_duplicates(tmp_path: Path) -> None:

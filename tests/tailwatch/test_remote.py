@@ -105,6 +105,12 @@ def test_analyze_goes_through_the_running_service(tmp_path: Path) -> None:
 
         bad = httpx.get(f"{service.api_url}/api/v1/analyze", params={"start": "yesterday", "end": "now"})
         assert bad.status_code == 400 and "start: not an ISO 8601 time" in bad.json()["error"]
+        # Regression: a window beyond what a span can carry was a 500; now it says what is allowed.
+        wide = httpx.get(
+            f"{service.api_url}/api/v1/analyze", params={"start": "0001-01-01", "end": "9999-12-31"}
+        )
+        assert wide.status_code == 422 and "outside the times spans can have" in wide.json()["error"]
+        assert httpx.get(f"{service.api_url}/healthz").status_code == 200
     finally:
         service.stop(timeout_s=20)
     assert os.path.exists(tmp_path / "store") and not (tmp_path / "store" / SERVICE_FILE).exists()
