@@ -22,6 +22,7 @@ import base64
 import binascii
 import hmac
 import io
+import ipaddress
 import json
 import shutil
 import tempfile
@@ -110,8 +111,57 @@ class ServiceApi:
 Handler = Callable[[Request, bytes], Response]
 
 
+_LOCAL_HOSTNAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
+
+
+def _host_of(value: str) -> str:
+    """The host of a ``Host`` header or an origin, lower-cased, without port or brackets."""
+    value = value.strip().lower()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    value = value.split("/", 1)[0]
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value[1:]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def refusal(api: ServiceApi, request: Request) -> str | None:
+    """Why a request is refused before its handler runs, or None.
+
+    A browser on the operator's machine can be made to send requests here by any web page: a form
+    POST needs no CORS preflight, and a DNS name rebound to 127.0.0.1 makes even reads same-origin.
+    So a request whose ``Origin`` is another site is refused, and without a token only the names
+    that cannot be rebound are accepted as ``Host`` (IP literals, localhost, the configured public
+    URL's host)."""
+    host_header = request.headers.get("host", "")
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and _host_of(origin) != _host_of(host_header):
+        return f"cross-origin request from {origin} refused"
+    if api.token is None and host_header:
+        host = _host_of(host_header)
+        public = api.config.dashboards.public_url
+        allowed = {_host_of(public)} if public else set()
+        if not (_is_ip(host) or host in _LOCAL_HOSTNAMES or host in allowed):
+            return (
+                f"Host {host!r} refused: without an API token only IP addresses, localhost and the "
+                "dashboards.public_url host are served (set a token to serve other names)"
+            )
+    return None
+
+
 def _guard(api: ServiceApi, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
+        reason = refusal(api, request)
+        if reason is not None:
+            return _json({"error": reason}, 403)
         if not api.authorized(request):
             return _unauthorized(browser=False)
         body = await request.body() if request.method == "POST" else b""
@@ -135,9 +185,14 @@ class _GuardedStatic:
         self.files = StaticFiles(directory=directory, html=True, check_dir=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.api.authorized(Request(scope)):
-            await _unauthorized(browser=True)(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            reason = refusal(self.api, Request(scope))
+            if reason is not None:
+                await _json({"error": reason}, 403)(scope, receive, send)
+                return
+            if not self.api.authorized(Request(scope)):
+                await _unauthorized(browser=True)(scope, receive, send)
+                return
         await self.files(scope, receive, send)
 
 
