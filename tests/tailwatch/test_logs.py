@@ -3,48 +3,26 @@
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
 
 from tailwatch.logs import redact_urls, setup_logging
+from tests.tailwatch.otlp_send import webhook_sink
 
 SLACK = "https://hooks.slack.com/services/T0SECRET/B0SECRET/xoxSECRETPATH"
 
 
-@pytest.fixture
-def local_server() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            self.send_response(500)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.mark.parametrize("fmt", ["plain", "json"])
-def test_no_secret_in_logs_at_debug(fmt: str, local_server: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_no_secret_in_logs_at_debug(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     root = logging.getLogger()
     saved = (root.level, list(root.handlers))
     try:
         setup_logging(fmt, "debug")  # type: ignore[arg-type]
         # httpx logs each request URL at INFO; a webhook URL with credentials and an API key.
-        secret_url = local_server.replace("http://", "http://alice:pa55word@") + "/hook?apikey=k3y"
-        httpx.post(secret_url, content=b"{}")
+        with webhook_sink() as sink:
+            httpx.post(sink.url.replace("http://", "http://alice:pa55word@") + "?apikey=k3y", content=b"{}")
+            assert len(sink.received) == 1
         # A delivery error that names the Slack webhook, with its traceback.
         try:
             raise RuntimeError(f"POST {SLACK} failed")
