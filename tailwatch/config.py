@@ -59,7 +59,7 @@ from pydantic import (
 
 from collectors.errors import StoreError, TailwatchError
 from collectors.settings import PipelineSettings
-from collectors.store import STORE_ENV, default_store_dsn, parse_dsn
+from collectors.store import STORE_ENV, StoreLocation, default_store_dsn, parse_dsn
 from slo_rules.rules import MAX_DURATION_S
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ __all__ = [
     "LogFormat",
     "Schedule",
     "TailwatchConfig",
+    "default_spool_dir",
     "example_config",
     "load_config",
     "mask_url",
@@ -118,6 +119,7 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("TAILWATCH_FLUSH_INTERVAL_S", "ingest.flush_interval", "longest wait before a partial batch"),
     EnvVar("TAILWATCH_MAX_QUEUE_SPANS", "ingest.max_queue_spans", "bound of the ingest queue (spans)"),
     EnvVar("TAILWATCH_SPOOL_DIR", "ingest.spool_dir", "directory of the fsync'd ingest spool"),
+    EnvVar("TAILWATCH_SPOOL", "ingest.spool", "spool acknowledged spans before the insert (true/false)"),
     EnvVar("TAILWATCH_MAX_REQUEST_BYTES", "ingest.max_request_bytes", "body limit of one export"),
     EnvVar("TAILWATCH_TOKEN_ENV", "auth.token_env", "name of the variable holding the bearer token"),
     EnvVar("TAILWATCH_SCHEDULE_ENABLED", "schedule.enabled", "run the scheduled jobs (true/false)"),
@@ -319,10 +321,23 @@ class ReceiverConfig(_Section):
     otlp_grpc: HostPort = "127.0.0.1:4317"
 
 
+def default_spool_dir(location: StoreLocation) -> Path:
+    """Beside an embedded store (``<path>.spool``); per server under ``.tailwatch/spool`` otherwise.
+
+    Each store gets its own spool so a replay never lands in the wrong store.
+    """
+    if location.embedded:
+        return Path(location.path.rstrip("/") + ".spool")
+    return Path(".tailwatch/spool").resolve() / f"{location.host}_{location.port}_{location.database}"
+
+
 class IngestConfig(_Section):
     batch_rows: int = Field(default=PipelineSettings.batch_rows, gt=0)
     flush_interval: Duration = PipelineSettings.flush_interval_s
     max_queue_spans: int = Field(default=PipelineSettings.max_queue_spans, gt=0)
+    # Exports are acknowledged once spooled (fsync'd), so a crash or a store outage loses none;
+    # without a spool the acknowledgement waits for the insert. On by default.
+    spool: bool = True
     spool_dir: Path | None = None
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
 
@@ -494,6 +509,13 @@ class TailwatchConfig(_Section):
         except StoreError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    def spool_dir(self) -> Path | None:
+        """Where ``serve`` spools acknowledged spans: ``ingest.spool_dir``, else beside the store;
+        None with ``ingest.spool = false``."""
+        if not self.ingest.spool:
+            return None
+        return self.ingest.spool_dir or default_spool_dir(parse_dsn(self.store))
 
     def dashboard_url(self) -> str | None:
         """Base URL of ``/dashboards`` for links in alerts."""
@@ -821,8 +843,10 @@ def render_config(config: TailwatchConfig) -> str:
         f"max_queue_spans = {config.ingest.max_queue_spans}",
         f"max_request_bytes = {config.ingest.max_request_bytes}",
     ]
-    if config.ingest.spool_dir:
-        lines.append(f"spool_dir = {q(str(config.ingest.spool_dir))}")
+    lines.append(f"spool = {str(config.ingest.spool).lower()}")
+    spool_dir = config.spool_dir()
+    if spool_dir is not None:
+        lines.append(f"spool_dir = {q(str(spool_dir))}")
     lines += ["", "[auth]", f"token_env = {q(config.auth.token_env)}{_env_state(config.auth.token_env)}"]
     s = config.schedule
     lines += ["", "[schedule]", f"enabled = {str(s.enabled).lower()}"]
@@ -905,7 +929,8 @@ batch_rows = {PipelineSettings.batch_rows:<17} # insert when this many spans are
 flush_interval = "1s"          # ... or after this long
 max_queue_spans = 200000       # bound of the queue; beyond it exporters get 429/503
 max_request_bytes = 67108864   # body limit of one export, also after decompression
-# spool_dir = "spool"          # fsync'd spool for acknowledged spans not yet inserted
+spool = true                   # fsync'd spool: exports are acknowledged once on disk, none lost
+# spool_dir = "spool"          # where (default: beside an embedded store, <store>.spool)
 
 [auth]
 token_env = "TAILWATCH_INGEST_TOKEN"   # when set, ingest, API and dashboards require this bearer token

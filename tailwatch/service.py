@@ -612,7 +612,7 @@ class Service:
                 batch_rows=config.ingest.batch_rows,
                 flush_interval_s=config.ingest.flush_interval,
                 max_queue_spans=config.ingest.max_queue_spans,
-                spool_dir=config.ingest.spool_dir,
+                spool_dir=config.spool_dir(),
                 max_request_bytes=config.ingest.max_request_bytes,
             )
             self.pipeline = IngestPipeline(self.store, settings, registry=self.registry)

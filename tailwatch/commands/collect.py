@@ -20,18 +20,9 @@ from collectors.settings import (
     PipelineSettings,
     parse_address,
 )
-from collectors.store import StoreLocation, open_store, parse_dsn, resolve_dsn
+from collectors.store import open_store, parse_dsn, resolve_dsn
 from tailwatch.commands._common import store_option
-
-
-def default_spool_dir(location: StoreLocation) -> Path:
-    """Beside an embedded store (``<path>.spool``); per server under ``.tailwatch/spool`` otherwise.
-
-    Each store gets its own spool so a replay never lands in the wrong store.
-    """
-    if location.embedded:
-        return Path(location.path.rstrip("/") + ".spool")
-    return Path(".tailwatch/spool").resolve() / f"{location.host}_{location.port}_{location.database}"
+from tailwatch.config import default_spool_dir
 
 
 def _address(value: str) -> str | None:

@@ -251,3 +251,19 @@ def test_unset_webhook_secret_fails_the_start(tmp_path: Path) -> None:
         "tailwatch: error: invalid configuration: notify.webhook[0].secret_env: environment variable "
         f"TAILWATCH_WEBHOOK_SECRET is not set (file {path}); set it or remove the key"
     ]
+
+
+def test_serve_spools_by_default(tmp_path: Path) -> None:
+    # Regression: serve ran without a spool unless one was configured, so an export acknowledged
+    # while the store could not insert was held in memory only.
+    default = _config(tmp_path)
+    assert default.spool_dir() == Path(str(tmp_path / "store") + ".spool")
+    assert load_config(tmp_path / "tailwatch.toml", env={"TAILWATCH_SPOOL": "false"}).spool_dir() is None
+    service = Service(_config(tmp_path, "[schedule]\nenabled = false\n"))
+    service.start()
+    try:
+        assert service.pipeline is not None and service.pipeline.settings.spool_dir == default.spool_dir()
+        assert service.api_url is not None and export_rows(service.api_url, _simple_spans(5)) == 5
+    finally:
+        assert service.stop(timeout_s=10)
+    assert (tmp_path / "store.spool" / "LOCK").exists()
