@@ -26,9 +26,10 @@ import ipaddress
 import json
 import shutil
 import tempfile
+import threading
 import zipfile
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,12 @@ def _unauthorized(browser: bool) -> Response:
     return JSONResponse({"error": "unauthorized"}, 401, headers={"WWW-Authenticate": challenge})
 
 
+# API work (analyses, exports, jobs) runs in the thread pool the OTLP receiver decodes in: more
+# than a few at once only queue on two cores, and dozens starved ingest (45 concurrent dashboard
+# exports held an export for 50 s). Beyond the limit a request is answered 503 at once.
+API_CONCURRENCY = 3
+
+
 @dataclass
 class ServiceApi:
     """What the routes need from the running service."""
@@ -103,6 +110,9 @@ class ServiceApi:
     config: TailwatchConfig
     token: str | None = None
     run_job: Callable[[str], Any] | None = None
+    slots: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(API_CONCURRENCY)
+    )
 
     def authorized(self, request: Request) -> bool:
         return self.token is None or token_matches(request.headers.get("authorization", ""), self.token)
@@ -165,6 +175,12 @@ def _guard(api: ServiceApi, handler: Handler) -> Callable[[Request], Awaitable[R
         if not api.authorized(request):
             return _unauthorized(browser=False)
         body = await request.body() if request.method == "POST" else b""
+        if not api.slots.acquire(blocking=False):
+            return JSONResponse(
+                {"error": f"the service is busy with {API_CONCURRENCY} API requests; retry shortly"},
+                status_code=503,
+                headers={"Retry-After": "2"},
+            )
         try:
             # Store calls block: run them in the thread pool so the event loop that also serves
             # OTLP ingest never waits on an analysis.
@@ -173,6 +189,8 @@ def _guard(api: ServiceApi, handler: Handler) -> Callable[[Request], Awaitable[R
             return _json({"error": str(exc)}, 400)
         except TailwatchError as exc:
             return _json({"error": str(exc)}, 422)
+        finally:
+            api.slots.release()
 
     return endpoint
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from collectors.store import Store
-from tailwatch.api import ServiceApi, api_routes
+from tailwatch.api import API_CONCURRENCY, ServiceApi, api_routes
 from tailwatch.config import TailwatchConfig
 
 
@@ -64,3 +67,36 @@ def test_with_a_token_other_names_are_served(store: Store, tmp_path: Path) -> No
         "/api/v1/jobs", headers={"Host": "tailwatch.example:4318", "Authorization": "Bearer t0ken"}
     )
     assert response.status_code == 200
+
+
+def test_api_work_is_bounded_and_the_rest_is_told_to_retry(store: Store, tmp_path: Path) -> None:
+    # Regression: 45 concurrent dashboard exports occupied the thread pool ingest decodes in, and an
+    # export waited 50 s. API work now runs at most API_CONCURRENCY at a time; the rest get a 503.
+    running, peak, lock = [0], [0], threading.Lock()
+    release = threading.Event()
+
+    def slow_job(name: str) -> object:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        release.wait(10)
+        with lock:
+            running[0] -= 1
+        raise KeyError(name)
+
+    config = TailwatchConfig.model_validate(
+        {"store": "chdb://" + str(tmp_path / "store"), "dashboards": {"out_dir": str(tmp_path / "dash")}}
+    )
+    app = Starlette(routes=api_routes(ServiceApi(store, config, run_job=slow_job)))
+    with TestClient(app, base_url="http://127.0.0.1:4318") as client, ThreadPoolExecutor(12) as pool:
+        futures = [pool.submit(client.post, "/api/v1/jobs/export/run") for _ in range(12)]
+        deadline = time.monotonic() + 10
+        while sum(f.done() for f in futures) < 12 - API_CONCURRENCY and time.monotonic() < deadline:
+            time.sleep(0.02)
+        release.set()
+        answers = [f.result(timeout=20) for f in futures]
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [404] * API_CONCURRENCY + [503] * (12 - API_CONCURRENCY)
+    assert peak[0] == API_CONCURRENCY
+    busy = next(a for a in answers if a.status_code == 503)
+    assert busy.headers["retry-after"] == "2" and "retry shortly" in busy.json()["error"]
