@@ -81,6 +81,8 @@ def test_analyze_goes_through_the_running_service(tmp_path: Path) -> None:
     try:
         assert service.api_url is not None
         assert export_rows(service.api_url, scenario.spans) == len(scenario.spans)
+        # serve spools: an export is acknowledged before its insert; wait for the inserts.
+        assert service.pipeline is not None and service.pipeline.flush(30)
         window = ["--start", scenario.start.isoformat(), "--end", scenario.end.isoformat()]
         baseline = ["--baseline-start", scenario.baseline_start.isoformat()]
         baseline += ["--baseline-end", scenario.baseline_end.isoformat()]
