@@ -525,3 +525,45 @@ def test_series_buckets_cover_the_window(store: Store) -> None:
     assert 30 <= series.height <= 200
     assert series["bucket_start"].min() == dt(at(0))
     assert (series["bucket_start"].diff().drop_nulls() == timedelta(seconds=30)).all()
+
+
+def test_older_llm_conventions_are_read_and_providers_normalised(store: Store) -> None:
+    # OpenLLMetry before 0.55: no gen_ai.operation.name but llm.request.type, gen_ai.system "OpenAI"
+    # or "Azure", prompt/completion token names. OpenInference: llm.system, llm.model_name,
+    # llm.token_count.*. Each request's one call is found, with its provider, model and tokens.
+    spans = []
+    for i, (flavour, provider) in enumerate(
+        [("openllmetry", "OpenAI"), ("openllmetry", "Azure"), ("openinference", "openai")] * 10
+    ):
+        request = hot_request("chat-api", "POST /chat", at(10 + i), 0.0, llm_ms=100.0)
+        root, llm = request[0], request[1]
+        if flavour == "openllmetry":
+            attrs = {
+                "llm.request.type": "chat",
+                "gen_ai.system": provider,
+                "gen_ai.request.model": "gpt-4o",
+                "gen_ai.usage.prompt_tokens": "30",
+                "gen_ai.usage.completion_tokens": "12",
+            }
+            llm = replace(llm, name="openai.chat", attributes=attrs)
+        else:
+            attrs = {
+                "openinference.span.kind": "LLM",
+                "llm.system": provider,
+                "llm.model_name": "gpt-4o-2024-08-06",
+                "llm.token_count.prompt": "30",
+                "llm.token_count.completion": "12",
+            }
+            llm = replace(llm, name="ChatCompletion", kind="Internal", attributes=attrs)
+        spans += [root, llm]
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(3600)))
+    calls = {(r["provider"], r["model"]): r for r in analysis.llm_calls.iter_rows(named=True)}
+    assert set(calls) == {
+        ("openai", "gpt-4o"),
+        ("azure.ai.openai", "gpt-4o"),
+        ("openai", "gpt-4o-2024-08-06"),
+    }
+    assert all(r["calls"] == r["sync_calls"] == 10 and r["tokens"] == 420 for r in calls.values())
+    [hot] = analysis.hot_path.iter_rows(named=True)
+    assert hot["requests"] == 30 and hot["sync_llm_calls_per_request"] == 1.0
