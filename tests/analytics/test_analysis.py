@@ -24,12 +24,13 @@ from analytics.llm_spans import llm_spans_sql, roots_sql
 from analytics.retries import fetch_workflows
 from analytics.trace_spans import fetch_trace_spans
 from collectors.schema import TRACES_TABLE
-from collectors.spans import SpanRow, insert_spans
+from collectors.spans import SpanRow, insert_spans, new_span_id
 from collectors.store import Store, open_store
 from tailwatch.cli import main
 from tailwatch.schema import ensure_all
 from tests.analytics.builders import (
     MS,
+    S,
     at,
     cold_job,
     dt,
@@ -567,3 +568,70 @@ def test_older_llm_conventions_are_read_and_providers_normalised(store: Store) -
     assert all(r["calls"] == r["sync_calls"] == 10 and r["tokens"] == 420 for r in calls.values())
     [hot] = analysis.hot_path.iter_rows(named=True)
     assert hot["requests"] == 30 and hot["sync_llm_calls_per_request"] == 1.0
+
+
+def test_a_pull_consumers_receive_span_is_a_boundary_and_a_run(store: Store) -> None:
+    # A request enqueues (Producer, Celery's messaging.destination) and then, in its own trace, a
+    # poller's receive span (kind Client, as the messaging conventions make pull consumers) picks the
+    # message up and calls the model under it. The call is cold-path work; the job is one run.
+    spans = []
+    for i in range(20):
+        request = hot_request("api", "POST /enqueue", at(10 + i * 10), 5.0)
+        root = request[0]
+        producer = SpanRow(
+            trace_id=root.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=root.span_id,
+            name="apply_async/summarize",
+            start_ns=root.start_ns + MS,
+            duration_ns=MS,
+            kind="Producer",
+            service="api",
+            attributes={"messaging.destination": "summaries", "messaging.message.id": f"m{i}"},
+        )
+        receive = SpanRow(
+            trace_id=root.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=producer.span_id,
+            name="receive summaries",
+            start_ns=root.start_ns + 2 * S,
+            duration_ns=3 * S,
+            kind="Client",
+            service="worker",
+            attributes={"messaging.operation.type": "receive", "messaging.destination.name": "summaries"},
+        )
+        work = SpanRow(
+            trace_id=root.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=receive.span_id,
+            name="summarize",
+            start_ns=receive.start_ns,
+            duration_ns=2 * S,
+            kind="Internal",
+            service="worker",
+        )
+        call = SpanRow(
+            trace_id=root.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=work.span_id,
+            name="chat gpt-4o",
+            start_ns=work.start_ns,
+            duration_ns=S,
+            kind="Client",
+            service="worker",
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.request.model": "gpt-4o",
+            },
+        )
+        spans += [root, producer, receive, work, call]
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(3600)))
+    [hot] = analysis.hot_path.iter_rows(named=True)
+    assert hot["requests"] == 20 and hot["sync_llm_calls_per_request"] == 0.0
+    [calls] = analysis.llm_calls.iter_rows(named=True)
+    assert (calls["calls"], calls["sync_calls"], calls["cold_share"]) == (20, 0, 1.0)
+    [queue] = analysis.cold_path.iter_rows(named=True)
+    assert (queue["queue"], queue["jobs"], queue["completed"], queue["runs"]) == ("summaries", 20, 20, 20)
+    assert queue["p50_s"] == pytest.approx(5.0 - 0.001)
