@@ -40,6 +40,8 @@ __all__ = [
     "DecodedSpans",
     "OtlpDecodeError",
     "any_value_to_string",
+    "check_protobuf_shape",
+    "check_request_shape",
     "decode_json",
     "decode_protobuf",
     "empty_spans_table",
@@ -57,6 +59,19 @@ _ZERO_TRACE = bytes(16)
 _ZERO_SPAN = bytes(8)
 _MAX_NS = 2**63  # DateTime64(9) / Arrow timestamp[ns] are signed 64-bit
 _MAX_JSON_DEPTH = 64  # a real OTLP/JSON payload nests ~12 levels; deeper nesting is hostile
+# Objects + arrays (outside strings) of one OTLP/JSON request: refused before json.loads, which with
+# protobuf's ParseDict costs ~6 µs and ~100 bytes per container. A span with a dozen attributes has
+# ~30, so this admits ~15k such spans (a Collector batch is 8192) and bounds a request's decode to
+# ~3 s of CPU; 34 MB of ``{},`` (11M objects, ~130 s before) is refused in ~0.1 s.
+MAX_JSON_CONTAINERS = 500_000
+# Protobuf shape. Resources and scopes are a handful per export in practice: their counts are read
+# off the wire before upb's parse (which allocates ~60 bytes per 2-byte empty message: 4M empty
+# ResourceSpans in 8 MB took 245 MB and 2.6 s). Spans are counted after the parse, before any
+# per-span Python work: a valid span needs 48 bytes on the wire (ids, times), so more spans than
+# bytes/32 means mostly empty ones.
+MAX_RESOURCE_SPANS = 65_536
+MAX_SCOPE_SPANS = 65_536
+_MIN_SPAN_WIRE_BYTES = 32
 
 
 class OtlpDecodeError(TailwatchError):
@@ -90,16 +105,27 @@ _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _DEPTH_STEP = np.zeros(256, dtype=np.int8)
 _DEPTH_STEP[[ord("{"), ord("[")]] = 1
 _DEPTH_STEP[[ord("}"), ord("]")]] = -1
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-def _json_depth_ok(body: bytes) -> bool:
-    """Whether the body's brackets outside strings nest at most ``_MAX_JSON_DEPTH`` deep: strings
-    removed by a regex, the depth as a running sum (both in C; a byte loop in Python took seconds
-    on a large export)."""
-    structure = np.frombuffer(_JSON_STRING.sub(b'""', body), dtype=np.uint8)
-    if structure.size == 0:
-        return True
-    return int(np.cumsum(_DEPTH_STEP[structure], dtype=np.int64).max()) <= _MAX_JSON_DEPTH
+def _json_structure_problem(body: bytes) -> str:
+    """Why the body's structure is refused before parsing ('' if it is not): more than
+    ``MAX_JSON_CONTAINERS`` objects/arrays, or nesting deeper than ``_MAX_JSON_DEPTH``, counting
+    only brackets outside strings. Strings are removed by a regex, everything but brackets by
+    ``bytes.translate``, and the depth is a running sum over the brackets (all in C; a byte loop in
+    Python took seconds on a large export)."""
+    if body.count(b"[") + body.count(b"{") <= _MAX_JSON_DEPTH:
+        return ""  # an upper bound of both the count and the depth
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    containers = brackets.count(b"[") + brackets.count(b"{")
+    if containers > MAX_JSON_CONTAINERS:
+        return f"more than {MAX_JSON_CONTAINERS} objects and arrays"
+    if containers <= _MAX_JSON_DEPTH or len(brackets) > 2 * containers:
+        return ""  # shallow, or more closing brackets than opening ones: json.loads refuses it
+    depth = np.cumsum(_DEPTH_STEP[np.frombuffer(brackets, dtype=np.uint8)], dtype=np.int32)
+    if int(depth.max()) > _MAX_JSON_DEPTH:
+        return f"nested deeper than {_MAX_JSON_DEPTH} levels"
+    return ""
 
 
 def _hex_id(value: Any) -> str:
@@ -148,8 +174,9 @@ def _as_list(value: Any) -> list[Any]:
 def decode_json(body: bytes) -> ExportTraceServiceRequest:
     """Parse OTLP/JSON: hex ids in any case, integer (or name) enums, 64-bit ints as strings or
     numbers, unknown fields ignored."""
-    if body.count(b"[") + body.count(b"{") > _MAX_JSON_DEPTH and not _json_depth_ok(body):
-        raise OtlpDecodeError(f"invalid OTLP/JSON: nested deeper than {_MAX_JSON_DEPTH} levels")
+    problem = _json_structure_problem(body)
+    if problem:
+        raise OtlpDecodeError(f"invalid OTLP/JSON: {problem}")
     try:
         payload = json.loads(body)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
@@ -163,6 +190,92 @@ def decode_json(body: bytes) -> ExportTraceServiceRequest:
     except (json_format.ParseError, ValueError, TypeError, AttributeError, RecursionError) as exc:
         raise OtlpDecodeError(f"invalid OTLP/JSON ExportTraceServiceRequest: {exc}") from None
     return request
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = 0
+    shift = 0
+    while shift < 64:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+    raise IndexError("varint too long")
+
+
+def _len_fields(
+    buf: bytes, start: int, end: int, field: int, limit: int, too_many: str
+) -> list[tuple[int, int]] | None:
+    """(start, end) of each length-delimited ``field`` in ``buf[start:end]``, walking at most
+    ``limit`` fields of any kind (OtlpDecodeError ``too_many`` beyond it); None when the bytes are
+    not plain wire format (groups, truncation): upb's parse then decides."""
+    found: list[tuple[int, int]] = []
+    pos = start
+    walked = 0
+    try:
+        while pos < end:
+            walked += 1
+            if walked > limit:
+                raise OtlpDecodeError(too_many)
+            key, pos = _varint(buf, pos)
+            wire = key & 7
+            if wire == 0:
+                _, pos = _varint(buf, pos)
+            elif wire == 1:
+                pos += 8
+            elif wire == 5:
+                pos += 4
+            elif wire == 2:
+                size, pos = _varint(buf, pos)
+                if key >> 3 == field:
+                    found.append((pos, pos + size))
+                pos += size
+            else:
+                return None
+    except IndexError:
+        return None
+    return found if pos == end else None
+
+
+def check_protobuf_shape(body: bytes) -> None:
+    """Before upb's parse: refuse (:class:`OtlpDecodeError`) more than ``MAX_RESOURCE_SPANS``
+    ResourceSpans or ``MAX_SCOPE_SPANS`` ScopeSpans, read off the wire with a bounded walk (one step
+    per resource and per scope, so a normal export costs microseconds)."""
+    too_many = f"more than {MAX_RESOURCE_SPANS} resource_spans (or other fields) in one request"
+    resources = _len_fields(body, 0, len(body), 1, MAX_RESOURCE_SPANS + 64, too_many)
+    if resources is None:
+        return
+    if len(resources) > MAX_RESOURCE_SPANS:
+        raise OtlpDecodeError(too_many)
+    too_many = f"more than {MAX_SCOPE_SPANS} scope_spans (or other fields) in one request"
+    budget = MAX_SCOPE_SPANS + 64
+    scopes = 0
+    for start, end in resources:
+        found = _len_fields(body, start, end, 2, budget - scopes + 4, too_many)
+        if found is None:
+            return
+        scopes += len(found)
+        if scopes > MAX_SCOPE_SPANS:
+            raise OtlpDecodeError(too_many)
+
+
+def check_request_shape(request: ExportTraceServiceRequest, wire_bytes: int) -> None:
+    """Refuse (:class:`OtlpDecodeError`) a request of mostly empty elements before per-element work:
+    more than ``MAX_RESOURCE_SPANS`` ResourceSpans or ``MAX_SCOPE_SPANS`` ScopeSpans, or more
+    spans than ``wire_bytes / 32`` (a valid span takes 48). Counted cheapest first: O(1), then one
+    step per resource, then one per scope."""
+    resources = len(request.resource_spans)
+    if resources > MAX_RESOURCE_SPANS:
+        raise OtlpDecodeError(f"more than {MAX_RESOURCE_SPANS} resource_spans in one request")
+    scopes = sum(len(rs.scope_spans) for rs in request.resource_spans)
+    if scopes > MAX_SCOPE_SPANS:
+        raise OtlpDecodeError(f"more than {MAX_SCOPE_SPANS} scope_spans in one request")
+    max_spans = wire_bytes // _MIN_SPAN_WIRE_BYTES + 64
+    spans = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+    if spans > max_spans:
+        raise OtlpDecodeError(f"{spans} spans in {wire_bytes} bytes: mostly empty spans")
 
 
 # --- pdata AsString() --------------------------------------------------------------------------

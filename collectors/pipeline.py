@@ -3,7 +3,8 @@
 Receivers hand decoded Arrow tables to :meth:`IngestPipeline.submit`. The pipeline
 
 * refuses work it cannot hold (``queue_full`` → HTTP 429 / gRPC RESOURCE_EXHAUSTED, ``unavailable``
-  → 503 / UNAVAILABLE), so memory stays bounded by ``max_queue_spans`` under any overload;
+  → 503 / UNAVAILABLE), so memory stays bounded by ``max_queue_spans`` and ``max_queue_bytes``
+  under any overload;
 * makes accepted work durable before it is acknowledged: with a spool, an fsync'd record; without
   one, ``submit`` returns only after the insert;
 * inserts from one background thread in batches of ``batch_rows`` or every ``flush_interval_s``,
@@ -68,6 +69,7 @@ class _Item:
     table: pa.Table | None  # mapped rows (Arrow path) ...
     raw: bytes | None  # ... or a validated protobuf request that ClickHouse maps itself
     rows: int
+    nbytes: int
     ticket: SpoolTicket | None
     done: threading.Event | None = None
     inserted: bool = False
@@ -107,6 +109,8 @@ class IngestPipeline:
         self._queue: deque[_Item] = deque()
         self._queued = 0
         self._reserved = 0
+        self._queued_bytes = 0
+        self._reserved_bytes = 0
         self._state: _State = "new"
         self._store_ok = True
         self._writer_ok = True  # false while the insert loop restarts after an unexpected error
@@ -190,12 +194,19 @@ class IngestPipeline:
                 and self._thread is not None
                 and self._thread.is_alive()
                 and self._queued + self._reserved < self.settings.max_queue_spans
+                and self._queued_bytes + self._reserved_bytes < self.settings.max_queue_bytes
             )
 
     @property
     def queue_depth(self) -> int:
         with self._cond:
             return self._queued
+
+    @property
+    def queue_bytes(self) -> int:
+        """Bytes of the exports queued or being spooled (bounded by ``max_queue_bytes``)."""
+        with self._cond:
+            return self._queued_bytes + self._reserved_bytes
 
     def drain(self) -> None:
         """From now on insert whatever is queued without waiting for a full batch or the timer.
@@ -236,6 +247,7 @@ class IngestPipeline:
     def _submit(self, table: pa.Table | None, raw: bytes | None, rows: int, protocol: str) -> SubmitResult:
         if rows == 0:
             return SubmitResult("accepted", 0)
+        nbytes = len(raw) if raw is not None else _require_table(table).nbytes
         retry_after = max(1.0, self.settings.flush_interval_s)
         with self._cond:
             if self._state != "running":
@@ -247,11 +259,16 @@ class IngestPipeline:
                     "unavailable", rows, protocol, retry_after, "the store is not accepting inserts"
                 )
             held = self._queued + self._reserved
+            held_bytes = self._queued_bytes + self._reserved_bytes
             # A request larger than the whole queue is still taken when the queue is empty, so one
             # oversized export cannot be refused forever.
-            if held + rows > self.settings.max_queue_spans and held > 0:
+            if held > 0 and (
+                held + rows > self.settings.max_queue_spans
+                or held_bytes + nbytes > self.settings.max_queue_bytes
+            ):
                 return self._refuse("queue_full", rows, protocol, retry_after, "the ingest queue is full")
             self._reserved += rows
+            self._reserved_bytes += nbytes
         ticket: SpoolTicket | None = None
         try:
             if self._spool is not None:
@@ -262,13 +279,16 @@ class IngestPipeline:
             log.error("spool write failed: %s", exc)
             with self._cond:
                 self._reserved -= rows
+                self._reserved_bytes -= nbytes
                 self._cond.notify_all()
             return self._refuse("unavailable", rows, protocol, retry_after, f"spool write failed: {exc}")
-        item = _Item(table, raw, rows, ticket, None if ticket is not None else threading.Event())
+        item = _Item(table, raw, rows, nbytes, ticket, None if ticket is not None else threading.Event())
         with self._cond:
             self._reserved -= rows
+            self._reserved_bytes -= nbytes
             self._queue.append(item)
             self._queued += rows
+            self._queued_bytes += nbytes
             self.metrics.queue_depth.set(self._queued)
             if self._queued >= self.settings.batch_rows or self._draining or self._state != "running":
                 self._cond.notify_all()
@@ -383,6 +403,7 @@ class IngestPipeline:
                     if item.ticket is not None:
                         released[item.ticket.segment] = released.get(item.ticket.segment, 0) + 1
                 self._queued -= rows
+                self._queued_bytes -= sum(item.nbytes for item in batch)
                 self._cond.notify_all()
             self.metrics.queue_depth.set(self._queued)
             self.metrics.insert_seconds.observe(time.perf_counter() - started)

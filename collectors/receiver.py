@@ -4,6 +4,13 @@ The app is plain Starlette so the service can mount its own routes beside ours. 
 read with a cap and gunzipped incrementally with the same cap, so neither a large body nor a gzip
 bomb can take more than ``max_request_bytes`` of memory; decoding and the spool fsync run in a
 worker thread to keep the event loop free for other connections.
+
+Hostile load is bounded in bytes and in CPU: all requests together hold at most
+``max_inflight_bytes`` (compressed body, decompressed body, and the decoded form estimated from
+its size) — beyond it a request is answered 429 + ``Retry-After`` (its body is drained, not kept);
+a body's structure is checked before the expensive parts of decoding (``MAX_JSON_CONTAINERS``,
+``check_protobuf_shape``, ``check_request_shape``), and a request waits at most ``DECODE_WAIT_S``
+for a decode slot before a 503 + ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from starlette.routing import BaseRoute, Route
 from collectors.otlp_decode import (
     DecodedSpans,
     OtlpDecodeError,
+    check_protobuf_shape,
+    check_request_shape,
     decode_json,
     decode_protobuf,
     export_response,
@@ -48,10 +57,68 @@ _JSON_TYPE = "application/json"
 # Decoding is pure Python under the GIL: more threads than cores only add lock hand-offs. Waiting
 # for the spool's fsync happens outside this limit, so slow disks still overlap.
 _DECODE_SLOTS = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))
+# How long a request waits for a decode slot before it is answered 503 + Retry-After: the slots are
+# shared by all clients, so a queue of expensive bodies must not hold a normal export past its
+# exporter's timeout (10 s in the SDKs).
+DECODE_WAIT_S = 3.0
+_INFLATE_STEP = 1 << 20
+# What a decoded request holds per byte of its (decompressed) body, charged to the in-flight budget
+# before decoding: upb keeps a parsed export in ~4x its wire size; OTLP/JSON is ~3x larger than
+# protobuf on the wire for the same spans, so ~1x.
+_DECODED_PER_BYTE = {False: 4, True: 1}
+_RETRY_AFTER = {"Retry-After": "1"}
 
 
 class _TooLarge(Exception):
     pass
+
+
+class _Busy(Exception):
+    """The in-flight byte budget is spent by other requests."""
+
+
+class _ByteBudget:
+    """Bytes held by the requests being read and decoded, bounded by ``limit``.
+
+    A request may exceed the limit while it is the only one holding bytes, so an export of up to
+    ``max_request_bytes`` is never refused for its size alone.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int, own: int) -> bool:
+        with self._lock:
+            if self.held + n > self.limit and self.held > own:
+                return False
+            self.held += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
+class _Charge:
+    """One request's share of the :class:`_ByteBudget`; :meth:`release` returns all of it."""
+
+    def __init__(self, budget: _ByteBudget) -> None:
+        self.budget = budget
+        self.held = 0
+        self.decode_reserved = False
+
+    def take(self, n: int) -> bool:
+        if not self.budget.take(n, self.held):
+            return False
+        self.held += n
+        return True
+
+    def release(self) -> None:
+        held, self.held = self.held, 0
+        if held:
+            self.budget.give(held)
 
 
 @dataclass(frozen=True)
@@ -80,21 +147,29 @@ def token_matches(presented: str | None, token: str | None) -> bool:
     return hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-def _gunzip_capped(data: bytes, limit: int) -> bytes:
-    """Decompress (possibly multi-member) gzip, never producing more than ``limit`` bytes."""
+def _gunzip_capped(data: bytes, limit: int, charge: _Charge | None = None) -> bytes:
+    """Decompress (possibly multi-member) gzip, never producing more than ``limit`` bytes; output is
+    produced in steps of 1 MiB, each taken from ``charge`` first (:class:`_Busy` when refused)."""
     out: list[bytes] = []
     size = 0
     rest = data
     while rest:
         inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        try:
-            chunk = inflater.decompress(rest, limit - size + 1)
-        except zlib.error as exc:
-            raise OtlpDecodeError(f"invalid gzip body: {exc}") from None
-        size += len(chunk)
-        if size > limit or inflater.unconsumed_tail:
-            raise _TooLarge
-        out.append(chunk)
+        pending = rest
+        while not inflater.eof:
+            try:
+                chunk = inflater.decompress(pending, min(_INFLATE_STEP, limit - size + 1))
+            except zlib.error as exc:
+                raise OtlpDecodeError(f"invalid gzip body: {exc}") from None
+            pending = inflater.unconsumed_tail
+            if not chunk and not pending:
+                break  # needs input that is not there
+            size += len(chunk)
+            if size > limit:
+                raise _TooLarge
+            if charge is not None and not charge.take(len(chunk)):
+                raise _Busy
+            out.append(chunk)
         if not inflater.eof:
             raise OtlpDecodeError("invalid gzip body: truncated")
         rest = inflater.unused_data
@@ -113,6 +188,7 @@ class _TracesEndpoint:
         self.token = token
         self.limit = pipeline.settings.max_request_bytes
         self.metrics = pipeline.metrics
+        self.budget = _ByteBudget(pipeline.settings.max_inflight_bytes)
 
     def _error(
         self, status: int, code: int, message: str, as_json: bool, headers: dict[str, str] | None = None
@@ -153,39 +229,85 @@ class _TracesEndpoint:
                 f"unsupported content encoding {encoding!r}; use gzip",
                 as_json,
             )
+        charge = _Charge(self.budget)
         try:
-            body = await self._read_body(request)
-        except _TooLarge:
-            return self._error(
-                413, code_pb2.INVALID_ARGUMENT, f"request body over the limit of {self.limit} bytes", as_json
-            )
-        return await run_in_threadpool(self._process, body, encoding == "gzip", as_json)
+            try:
+                body = await self._read_body(request, charge, encoding == "gzip", as_json)
+            except _TooLarge:
+                return self._error(
+                    413,
+                    code_pb2.INVALID_ARGUMENT,
+                    f"request body over the limit of {self.limit} bytes",
+                    as_json,
+                )
+            except _Busy:
+                return self._busy(as_json)
+            return await run_in_threadpool(self._process, body, encoding == "gzip", as_json, charge)
+        finally:
+            charge.release()
 
-    async def _read_body(self, request: Request) -> bytes:
+    def _busy(self, as_json: bool) -> Response:
+        return self._error(
+            429,
+            code_pb2.RESOURCE_EXHAUSTED,
+            "too many request bytes in flight; retry later",
+            as_json,
+            _RETRY_AFTER,
+        )
+
+    async def _read_body(self, request: Request, charge: _Charge, gzipped: bool, as_json: bool) -> bytes:
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > self.limit:
             raise _TooLarge
+        refused = False
+        if declared.isdigit():
+            # Reserved whole, up front: concurrent bodies taking the budget chunk by chunk would
+            # each hold a part and refuse one another. An uncompressed body's decoded form too.
+            decoded = 0 if gzipped else _DECODED_PER_BYTE[as_json]
+            refused = not charge.take(int(declared) * (1 + decoded))
+            charge.decode_reserved = not gzipped
         chunks: list[bytes] = []
         size = 0
         async for chunk in request.stream():
             size += len(chunk)
             if size > self.limit:
                 raise _TooLarge
+            if refused:
+                continue  # drained, not kept: the client gets its 429 instead of a reset connection
+            if size > charge.held and not charge.take(len(chunk)):
+                refused = True
+                chunks.clear()
+                continue
             chunks.append(chunk)
+        if refused:
+            raise _Busy
         return b"".join(chunks)
 
-    def _process(self, body: bytes, gzipped: bool, as_json: bool) -> Response:
-        with _DECODE_SLOTS:
-            parsed = self._decode(body, gzipped, as_json)
+    def _process(self, body: bytes, gzipped: bool, as_json: bool, charge: _Charge) -> Response:
+        if not _DECODE_SLOTS.acquire(timeout=DECODE_WAIT_S):
+            return self._error(
+                503, code_pb2.UNAVAILABLE, "all decoders busy; retry later", as_json, _RETRY_AFTER
+            )
+        try:
+            parsed = self._decode(body, gzipped, as_json, charge)
+        finally:
+            _DECODE_SLOTS.release()
         if isinstance(parsed, Response):
             return parsed
         return self._submit(parsed, as_json)
 
-    def _decode(self, body: bytes, gzipped: bool, as_json: bool) -> Response | DecodedSpans | _RawExport:
+    def _decode(
+        self, body: bytes, gzipped: bool, as_json: bool, charge: _Charge
+    ) -> Response | DecodedSpans | _RawExport:
         try:
             if gzipped:
-                body = _gunzip_capped(body, self.limit)
+                body = _gunzip_capped(body, self.limit, charge)
+            if not charge.decode_reserved and not charge.take(len(body) * _DECODED_PER_BYTE[as_json]):
+                raise _Busy
+            if not as_json:
+                check_protobuf_shape(body)
             request = decode_json(body) if as_json else decode_protobuf(body)
+            check_request_shape(request, len(body))
             if not as_json and self.pipeline.accepts_raw:
                 # ClickHouse maps the raw request at insert time: only validate the spans here.
                 received, rejected, message = validate_request(request)
@@ -199,6 +321,8 @@ class _TracesEndpoint:
                 f"decompressed body over the limit of {self.limit} bytes",
                 as_json,
             )
+        except _Busy:
+            return self._busy(as_json)
         except OtlpDecodeError as exc:
             return self._error(400, code_pb2.INVALID_ARGUMENT, str(exc), as_json)
         except (ValueError, TypeError, OverflowError, RecursionError) as exc:
@@ -269,4 +393,6 @@ def create_http_app(
         Route("/metrics", metrics, methods=["GET"]),
         *extra_routes,
     ]
-    return Starlette(routes=routes)
+    app = Starlette(routes=routes)
+    app.state.inflight_bytes = traces.budget  # observable: tests check it returns to 0
+    return app

@@ -21,6 +21,8 @@ __all__ = [
     "DEFAULT_HTTP_ADDRESS",
     "FLUSH_INTERVAL_ENV",
     "INGEST_TOKEN_ENV",
+    "MAX_INFLIGHT_BYTES_ENV",
+    "MAX_QUEUE_BYTES_ENV",
     "MAX_QUEUE_SPANS_ENV",
     "MAX_REQUEST_BYTES_ENV",
     "NATIVE_INSERT_ENV",
@@ -33,6 +35,8 @@ __all__ = [
 BATCH_ROWS_ENV = "TAILWATCH_BATCH_ROWS"
 FLUSH_INTERVAL_ENV = "TAILWATCH_FLUSH_INTERVAL_S"
 MAX_QUEUE_SPANS_ENV = "TAILWATCH_MAX_QUEUE_SPANS"
+MAX_QUEUE_BYTES_ENV = "TAILWATCH_MAX_QUEUE_BYTES"
+MAX_INFLIGHT_BYTES_ENV = "TAILWATCH_MAX_INFLIGHT_BYTES"
 SPOOL_DIR_ENV = "TAILWATCH_SPOOL_DIR"
 MAX_REQUEST_BYTES_ENV = "TAILWATCH_MAX_REQUEST_BYTES"
 NATIVE_INSERT_ENV = "TAILWATCH_NATIVE_INSERT"
@@ -55,9 +59,14 @@ class PipelineSettings:
     than at 10k (``bench/ingest``), while ``flush_interval_s`` still bounds the wait at low rates.
     ``flush_interval_s``: insert at least this often when fewer are queued.
     ``max_queue_spans``: spans accepted but not yet inserted; beyond it receivers answer 429/503.
+    ``max_queue_bytes``: the same bound in bytes (Arrow ``nbytes`` or raw body length of each
+    queued export), so a few huge spans cannot hold gigabytes either.
     ``spool_dir``: fsync'd write-ahead spool; an acknowledged export is on disk before the 200 and
     is replayed on the next start. Without it, an export is acknowledged only once inserted.
     ``max_request_bytes``: body limit of one export, compressed and decompressed (spec: 64 MiB).
+    ``max_inflight_bytes``: OTLP/HTTP bodies being read, decompressed and decoded at once (compressed
+    plus decompressed bytes); beyond it requests get 429 + ``Retry-After``. A request alone may
+    exceed it (up to ``max_request_bytes`` each way), so the largest valid export is never refused.
     ``native_insert``: on an embedded store, let ClickHouse map raw protobuf exports itself (verified
     against the Python mapping at start; the Arrow path is used otherwise).
     """
@@ -65,8 +74,10 @@ class PipelineSettings:
     batch_rows: int = 50_000
     flush_interval_s: float = 1.0
     max_queue_spans: int = 200_000
+    max_queue_bytes: int = 256 * 1024 * 1024
     spool_dir: Path | None = None
     max_request_bytes: int = 64 * 1024 * 1024
+    max_inflight_bytes: int = 256 * 1024 * 1024
     native_insert: bool = True
 
     def __post_init__(self) -> None:
@@ -80,6 +91,9 @@ class PipelineSettings:
             )
         if self.max_request_bytes < 1024:
             raise SettingsError(f"max_request_bytes must be at least 1024, got {self.max_request_bytes}")
+        for name in ("max_queue_bytes", "max_inflight_bytes"):
+            if getattr(self, name) < 1024:
+                raise SettingsError(f"{name} must be at least 1024, got {getattr(self, name)}")
 
     @classmethod
     def from_env(cls, **overrides: Any) -> PipelineSettings:
@@ -89,8 +103,10 @@ class PipelineSettings:
             "batch_rows": (BATCH_ROWS_ENV, int),
             "flush_interval_s": (FLUSH_INTERVAL_ENV, float),
             "max_queue_spans": (MAX_QUEUE_SPANS_ENV, int),
+            "max_queue_bytes": (MAX_QUEUE_BYTES_ENV, int),
             "spool_dir": (SPOOL_DIR_ENV, Path),
             "max_request_bytes": (MAX_REQUEST_BYTES_ENV, int),
+            "max_inflight_bytes": (MAX_INFLIGHT_BYTES_ENV, int),
             "native_insert": (NATIVE_INSERT_ENV, _parse_bool),
         }
         known = {f.name for f in fields(cls)}

@@ -121,6 +121,10 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("TAILWATCH_SPOOL_DIR", "ingest.spool_dir", "directory of the fsync'd ingest spool"),
     EnvVar("TAILWATCH_SPOOL", "ingest.spool", "spool acknowledged spans before the insert (true/false)"),
     EnvVar("TAILWATCH_MAX_REQUEST_BYTES", "ingest.max_request_bytes", "body limit of one export"),
+    EnvVar("TAILWATCH_MAX_QUEUE_BYTES", "ingest.max_queue_bytes", "bound of the ingest queue (bytes)"),
+    EnvVar(
+        "TAILWATCH_MAX_INFLIGHT_BYTES", "ingest.max_inflight_bytes", "bytes of OTLP/HTTP bodies read at once"
+    ),
     EnvVar("TAILWATCH_TOKEN_ENV", "auth.token_env", "name of the variable holding the bearer token"),
     EnvVar("TAILWATCH_SCHEDULE_ENABLED", "schedule.enabled", "run the scheduled jobs (true/false)"),
     EnvVar("TAILWATCH_SCHEDULE_ROLLUP", "schedule.rollup", "rollup job schedule"),
@@ -340,6 +344,8 @@ class IngestConfig(_Section):
     spool: bool = True
     spool_dir: Path | None = None
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_queue_bytes: int = Field(default=PipelineSettings.max_queue_bytes, ge=1024)
+    max_inflight_bytes: int = Field(default=PipelineSettings.max_inflight_bytes, ge=1024)
 
     @field_validator("spool_dir")
     @classmethod
@@ -842,6 +848,8 @@ def render_config(config: TailwatchConfig) -> str:
         f"flush_interval = {q(format_duration(config.ingest.flush_interval))}",
         f"max_queue_spans = {config.ingest.max_queue_spans}",
         f"max_request_bytes = {config.ingest.max_request_bytes}",
+        f"max_queue_bytes = {config.ingest.max_queue_bytes}",
+        f"max_inflight_bytes = {config.ingest.max_inflight_bytes}",
     ]
     lines.append(f"spool = {str(config.ingest.spool).lower()}")
     spool_dir = config.spool_dir()
@@ -929,6 +937,8 @@ batch_rows = {PipelineSettings.batch_rows:<17} # insert when this many spans are
 flush_interval = "1s"          # ... or after this long
 max_queue_spans = 200000       # bound of the queue; beyond it exporters get 429/503
 max_request_bytes = 67108864   # body limit of one export, also after decompression
+max_queue_bytes = 268435456    # bound of the queue in bytes; beyond it exporters get 429
+max_inflight_bytes = 268435456 # bodies read and decoded at once; beyond it exporters get 429
 spool = true                   # fsync'd spool: exports are acknowledged once on disk, none lost
 # spool_dir = "spool"          # where (default: beside an embedded store, <store>.spool)
 

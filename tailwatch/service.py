@@ -614,6 +614,8 @@ class Service:
                 max_queue_spans=config.ingest.max_queue_spans,
                 spool_dir=config.spool_dir(),
                 max_request_bytes=config.ingest.max_request_bytes,
+                max_queue_bytes=config.ingest.max_queue_bytes,
+                max_inflight_bytes=config.ingest.max_inflight_bytes,
             )
             self.pipeline = IngestPipeline(self.store, settings, registry=self.registry)
             self.pipeline.start()

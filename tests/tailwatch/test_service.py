@@ -267,3 +267,19 @@ def test_serve_spools_by_default(tmp_path: Path) -> None:
     finally:
         assert service.stop(timeout_s=10)
     assert (tmp_path / "store.spool" / "LOCK").exists()
+
+
+def test_serve_reads_the_byte_budgets(tmp_path: Path) -> None:
+    _config(tmp_path)  # writes tailwatch.toml
+    config = load_config(
+        tmp_path / "tailwatch.toml",
+        env={"TAILWATCH_MAX_QUEUE_BYTES": "33554432", "TAILWATCH_MAX_INFLIGHT_BYTES": "16777216"},
+    )
+    service = Service(config, jobs=[])
+    service.start()
+    try:
+        assert service.pipeline is not None
+        assert service.pipeline.settings.max_queue_bytes == 32 * 1024 * 1024
+        assert service.pipeline.settings.max_inflight_bytes == 16 * 1024 * 1024
+    finally:
+        assert service.stop(timeout_s=10)
