@@ -15,6 +15,7 @@ for a decode slot before a 503 + ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
@@ -71,6 +72,15 @@ _RETRY_AFTER = {"Retry-After": "1"}
 
 class _TooLarge(Exception):
     pass
+
+
+class _Stalled(Exception):
+    """The client stopped sending its body."""
+
+
+# A body must keep arriving: a client that sends its headers and then nothing would otherwise hold
+# its connection, its reserved bytes and a file descriptor forever.
+BODY_IDLE_TIMEOUT_S = 15.0
 
 
 class _Busy(Exception):
@@ -242,6 +252,15 @@ class _TracesEndpoint:
                 )
             except _Busy:
                 return self._busy(as_json)
+            except _Stalled:
+                response = self._error(
+                    408,
+                    code_pb2.DEADLINE_EXCEEDED,
+                    f"no body bytes for {BODY_IDLE_TIMEOUT_S:g} s; the request was abandoned",
+                    as_json,
+                )
+                response.headers["Connection"] = "close"
+                return response
             return await run_in_threadpool(self._process, body, encoding == "gzip", as_json, charge)
         finally:
             charge.release()
@@ -268,7 +287,14 @@ class _TracesEndpoint:
             charge.decode_reserved = not gzipped
         chunks: list[bytes] = []
         size = 0
-        async for chunk in request.stream():
+        stream = request.stream()
+        while True:
+            try:
+                chunk = await asyncio.wait_for(anext(stream), BODY_IDLE_TIMEOUT_S)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise _Stalled from None
             size += len(chunk)
             if size > self.limit:
                 raise _TooLarge

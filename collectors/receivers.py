@@ -12,11 +12,13 @@ import ipaddress
 import logging
 import socket
 import threading
+import time
 from collections.abc import Sequence
 
 import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.routing import BaseRoute
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from collectors.grpc_receiver import GrpcReceiver
 from collectors.pipeline import IngestPipeline
@@ -35,6 +37,108 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+# Connection hygiene (uvicorn has neither a limit on open connections nor a deadline for a request
+# head): a client that connects and sends nothing, or a header a byte at a time, would hold a file
+# descriptor forever, and 20,000 of them made valid exports and /healthz time out.
+HEAD_TIMEOUT_S = 10.0  # a request head must arrive whole this long after the connection or the last response
+MAX_CONNECTIONS = 512  # open connections; more are closed at once (below a 1,024 descriptor limit)
+
+
+class _GuardedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a connection cap and a deadline for each request head."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+    _head_since = 0.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if len(self.connections) >= MAX_CONNECTIONS:
+            # Make room by dropping the connection that has waited longest for its head: a
+            # client that sends its request at once is served even while a flood of stalled
+            # connections holds every slot.
+            waiting = [c for c in self.connections if isinstance(c, _GuardedH11Protocol) and c._head_timer]
+            if not waiting:
+                _log_throttled(
+                    "OTLP/HTTP: %d requests in progress; refusing new connections", MAX_CONNECTIONS
+                )
+                transport.abort()
+                return
+            _log_throttled(
+                "OTLP/HTTP: %d connections open; dropping the ones stalled longest", MAX_CONNECTIONS
+            )
+            oldest = min(waiting, key=lambda c: c._head_since)
+            oldest._cancel_head_timer()
+            oldest.transport.abort()
+            self.connections.discard(oldest)
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_since = time.monotonic()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        # Only a connection still waiting for a head: a request being served is the app's business.
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.abort()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle:  # a whole head arrived: a request started
+            self._cancel_head_timer()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        if self.transport is not None:
+            super().connection_lost(exc)
+
+
+_last_logged: dict[str, float] = {}
+
+
+def _log_throttled(message: str, *args: object) -> None:
+    """Log a repeated warning at most once a minute: a flood must not become a flood of log lines."""
+    now = time.monotonic()
+    if now - _last_logged.get(message, -1e9) >= 60.0:
+        _last_logged[message] = now
+        log.warning(message, *args)
+
+
+class _RepeatFilter(logging.Filter):
+    """Lets one record a minute through for each message of the asyncio and uvicorn loggers (e.g.
+    "socket.accept() out of system resource", logged per attempt while descriptors run out)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, float] = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = f"{record.name}:{record.msg}"
+        now = time.monotonic()
+        if now - self._seen.get(key, -1e9) < 60.0:
+            return False
+        self._seen[key] = now
+        return True
+
+
+_REPEAT_FILTER = _RepeatFilter()
+for _name in ("asyncio", "uvicorn.error"):
+    if _REPEAT_FILTER not in logging.getLogger(_name).filters:
+        logging.getLogger(_name).addFilter(_REPEAT_FILTER)
 
 
 class _UvicornServer(uvicorn.Server):
@@ -106,6 +210,7 @@ class Receivers:
             lifespan="off",
             timeout_keep_alive=30,
             timeout_graceful_shutdown=10,
+            http=_GuardedH11Protocol,
         )
         server = _UvicornServer(config)
         self._server = server
