@@ -19,6 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from collectors.otlp_decode import (
     OtlpDecodeError,
+    check_protobuf_shape,
+    check_request_shape,
     decode_protobuf,
     export_response,
     request_to_arrow,
@@ -73,7 +75,10 @@ class _TraceService:
             if not token_matches(presented if isinstance(presented, str) else None, self.token):
                 return self._abort(context, grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token")
         try:
+            # The same checks as OTLP/HTTP: counts refused before upb's parse and per-element work.
+            check_protobuf_shape(body)
             request = decode_protobuf(body)
+            check_request_shape(request, len(body))
             if self.pipeline.accepts_raw:
                 received, rejected, message = validate_request(request)
                 self.metrics.received.labels(protocol="grpc").inc(received)

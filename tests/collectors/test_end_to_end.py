@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -136,6 +137,16 @@ def test_grpc_status_codes(receivers: Receivers, pipeline: IngestPipeline) -> No
                 b"\x0a\xff\xff\xff", metadata=auth, timeout=5
             )
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # 200k empty ResourceSpans (400 KB): refused off the wire, before the parse allocates them.
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as info:
+            channel.unary_unary("/opentelemetry.proto.collector.trace.v1.TraceService/Export")(
+                b"\x0a\x00" * 200_000, metadata=auth, timeout=5
+            )
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "resource_spans" in str(
+            info.value.details()
+        )
+        assert time.monotonic() - started < 2
         assert not stub.Export(request, metadata=auth, timeout=5).HasField("partial_success")
 
 
