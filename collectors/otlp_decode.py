@@ -491,13 +491,15 @@ def request_to_arrow(request: ExportTraceServiceRequest) -> DecodedSpans:
     for rs in request.resource_spans:
         res_keys: list[str] = []
         res_values: list[str] = []
-        service = ""
+        service, service_seen = "", False
         for kv in rs.resource.attributes:
             text = any_value_to_string(kv.value)
             res_keys.append(kv.key)
             res_values.append(text)
-            if kv.key == "service.name":
-                service = text
+            # The first service.name wins, as in a ClickHouse map lookup (the native path) and in the
+            # Collector's pdata Get.
+            if kv.key == "service.name" and not service_seen:
+                service, service_seen = text, True
         for ss in rs.scope_spans:
             group = len(g_service)
             g_service.append(service)

@@ -38,6 +38,18 @@ def test_native_mapping_matches_python_mapping(store: Store) -> None:
     )
 
 
+def test_a_duplicate_service_name_maps_the_same_either_way(store: Store) -> None:
+    # Regression: the native path kept the first of two service.name attributes (a ClickHouse map
+    # lookup), the Python path the last.
+    request, _ = make_request(3, seed=8)
+    request.resource_spans[0].resource.attributes.append(kv("service.name", "the-second"))
+    assert self_test(store, [native_sample(), request.SerializeToString()]) is None
+    first = next(
+        a.value.string_value for a in request.resource_spans[0].resource.attributes if a.key == "service.name"
+    )
+    assert set(request_to_arrow(request).table.column("ServiceName").to_pylist()) == {first}
+
+
 def _random_value(rnd: random.Random) -> object:
     kind = rnd.randrange(6)
     if kind == 0:
