@@ -21,7 +21,7 @@ import logging
 import os
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format
@@ -388,10 +388,12 @@ def create_http_app(
     token: str | None = None,
     extra_routes: Sequence[BaseRoute] = (),
     registry: CollectorRegistry | None = None,
+    ready: Callable[[], bool] | None = None,
 ) -> Starlette:
     """The OTLP/HTTP app: ``POST /v1/traces``, ``GET /healthz``, ``/readyz``, ``/metrics`` + ``extra_routes``.
 
-    ``registry`` is what ``/metrics`` exposes (default: the pipeline's, which holds the ingest metrics).
+    ``registry`` is what ``/metrics`` exposes (default: the pipeline's, which holds the ingest metrics);
+    ``ready`` adds the embedding service's own readiness (e.g. its scheduler thread) to ``/readyz``.
 
     Usage::
 
@@ -405,7 +407,7 @@ def create_http_app(
         return PlainTextResponse("ok\n")
 
     async def readyz(request: Request) -> Response:
-        if pipeline.ready:
+        if pipeline.ready and (ready is None or ready()):
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready\n", status_code=503)
 

@@ -13,7 +13,7 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import uvicorn
 from prometheus_client import CollectorRegistry
@@ -166,12 +166,15 @@ class Receivers:
         token: str | None = None,
         extra_routes: Sequence[BaseRoute] = (),
         registry: CollectorRegistry | None = None,
+        ready: Callable[[], bool] | None = None,
     ) -> None:
         self.pipeline = pipeline
         self.http_address = parse_address(http, what="the OTLP/HTTP address") if http else None
         self.grpc_address = parse_address(grpc, what="the OTLP/gRPC address") if grpc else None
         self.token = token or None
-        self.app = create_http_app(pipeline, token=self.token, extra_routes=extra_routes, registry=registry)
+        self.app = create_http_app(
+            pipeline, token=self.token, extra_routes=extra_routes, registry=registry, ready=ready
+        )
         self.http_port = 0
         self.grpc_port = 0
         self._server: _UvicornServer | None = None

@@ -289,6 +289,13 @@ class JobRunner:
             },
         )
 
+    @property
+    def alive(self) -> bool:
+        """The scheduler is running and its thread (APScheduler's ``_thread``) is alive: what the
+        service's ``/readyz`` adds to ingest's readiness."""
+        thread = getattr(self.scheduler, "_thread", None)
+        return bool(self.scheduler.running) and (thread is None or thread.is_alive())
+
     def start(self) -> None:
         from apscheduler.events import EVENT_JOB_MAX_INSTANCES, EVENT_JOB_MISSED
 
@@ -629,6 +636,7 @@ class Service:
                 token=token,
                 extra_routes=api_routes(api),
                 registry=self.registry,
+                ready=lambda: self.runner is None or self.runner.alive,
             )
             try:
                 self.receivers.start()

@@ -283,3 +283,20 @@ def test_serve_reads_the_byte_budgets(tmp_path: Path) -> None:
         assert service.pipeline.settings.max_inflight_bytes == 16 * 1024 * 1024
     finally:
         assert service.stop(timeout_s=10)
+
+
+def test_readyz_fails_when_the_scheduler_dies(tmp_path: Path) -> None:
+    # Regression: a dead job thread left /readyz at 200 while nothing was analysed or evaluated.
+    every = Schedule("interval", seconds=60.0)
+    service = Service(_config(tmp_path), jobs=[Job("count", every, lambda ctx: 0)])
+    service.start()
+    try:
+        assert service.api_url is not None and service.runner is not None
+        assert httpx.get(f"{service.api_url}/readyz").status_code == 200
+        service.runner.scheduler.shutdown(wait=False)  # the scheduler thread ends, as if it had died
+        _wait(lambda: not service.runner.alive, what="the scheduler to stop")  # type: ignore[union-attr]
+        answer = httpx.get(f"{service.api_url}/readyz")
+        assert answer.status_code == 503 and answer.text == "not ready\n"
+        assert httpx.get(f"{service.api_url}/healthz").status_code == 200
+    finally:
+        service.stop(timeout_s=10)
