@@ -404,3 +404,102 @@ def test_gunzip_is_capped_charged_and_keeps_multi_member_bodies() -> None:
     assert other.take(63 * MiB)  # another request holds most of the budget
     with pytest.raises(receiver_module._Busy):
         receiver_module._gunzip_capped(body, 4 * MiB, receiver_module._Charge(budget))
+
+
+# --- the bounds, at its own volumes, on a `tailwatch collect` process -------------------
+
+
+def _collect_process(tmp_path: Path) -> tuple[Any, int]:
+    import subprocess
+    import sys
+
+    from tests.collectors.test_crash_recovery import _LISTEN
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tailwatch",
+            "collect",
+            "--store",
+            "chdb://" + str(tmp_path / "store"),
+            "--otlp-http",
+            "127.0.0.1:0",
+            "--otlp-grpc",
+            "off",
+        ],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        match = _LISTEN.search(proc.stderr.readline())
+        if match:
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
+            return proc, int(match.group(1))
+    proc.kill()
+    raise AssertionError("the collector did not start")
+
+
+def test_collect_process_stays_under_1_5_gib_through_bombs_and_16_concurrent_60_mb_uploads(
+    tmp_path: Path, json_bombs: list[bytes]
+) -> None:
+    proc, port = _collect_process(tmp_path)
+    url = f"http://127.0.0.1:{port}"
+    process = psutil.Process(proc.pid)
+    peak = [process.memory_info().rss]
+    sampling = threading.Event()
+
+    def sample() -> None:
+        while not sampling.is_set():
+            with suppress(psutil.Error):
+                peak[0] = max(peak[0], process.memory_info().rss)
+            time.sleep(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        answers: list[int] = []
+
+        def post(body: bytes, headers: dict[str, str]) -> None:
+            with suppress(httpx.TransportError):
+                answers.append(
+                    httpx.post(f"{url}/v1/traces", content=body, headers=headers, timeout=60).status_code
+                )
+
+        garbage = os.urandom(60 * MiB)
+        threads = [threading.Thread(target=post, args=(b, {**JS, **GZ})) for b in json_bombs]
+        threads += [threading.Thread(target=post, args=(garbage, PB)) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        status, elapsed = _valid_export(url, seed=3)
+    finally:
+        sampling.set()
+        sampler.join(5)
+        proc.terminate()
+        proc.wait(30)
+    assert answers and not [a for a in answers if a >= 500 and a != 503], answers
+    assert status == 200 and elapsed < 10.0
+    print(f"collect process peak RSS {peak[0] / MiB:.0f} MiB; answers {sorted(answers)}")
+    assert peak[0] <= 1.5 * 1024 * MiB, f"peak RSS {peak[0] / MiB:.0f} MiB"
+
+
+def test_80_exports_of_20_mb_while_the_store_cannot_insert(store: Store, tmp_path: Path) -> None:
+    # The defaults (256 MiB queued, 256 MiB in flight); the test process holds the client too.
+    settings = PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s")
+    writer = FlakyWriter(store, failures=10**9)
+    body = _big_span_export(1, 20 * MiB)
+    with _serving(store, settings, writer) as (pipeline, _, url), _PeakRss() as rss:
+        statuses = []
+        with httpx.Client(timeout=60) as http:
+            for _ in range(80):
+                statuses.append(http.post(f"{url}/v1/traces", content=body, headers=PB).status_code)
+        queued = pipeline.queue_bytes
+    assert set(statuses) <= {200, 429, 503} and statuses.count(200) >= 1 and statuses[-1] in (429, 503)
+    assert queued <= settings.max_queue_bytes
+    print(f"peak RSS {rss.peak / MiB:.0f} MiB; {statuses.count(200)} of 80 acknowledged")
+    assert rss.peak <= 2 * 1024 * MiB, f"peak RSS {rss.peak / MiB:.0f} MiB"
