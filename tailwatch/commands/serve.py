@@ -85,11 +85,22 @@ def serve(
 
     service = Service(config)
     service.start()
+    failed = False
     while not stop.wait(1.0):
-        pass
-    log.info("%s received: stopping", signal.Signals(received[0]).name if received else "stop")
+        if service.runner is not None and not service.runner.alive:
+            # /readyz already says so; a scheduler that died runs no analysis, rule or delivery
+            # again: stop cleanly (the queue flushed) and exit non-zero for the supervisor to restart.
+            log.error("the job scheduler stopped unexpectedly: stopping so the service can be restarted")
+            failed = True
+            break
+    if not failed:
+        log.info("%s received: stopping", signal.Signals(received[0]).name if received else "stop")
     clean = service.stop()
+    log.info("stopped")
     logging.shutdown()
+    if failed:
+        sys.stderr.flush()
+        os._exit(1)
     if not clean:
         # A job overran shutdown_timeout: its worker thread would keep the interpreter alive.
         # The queue is already flushed, so leaving now loses nothing acknowledged.

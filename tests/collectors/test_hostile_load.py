@@ -493,6 +493,10 @@ def test_80_exports_of_20_mb_while_the_store_cannot_insert(store: Store, tmp_pat
     settings = PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s")
     writer = FlakyWriter(store, failures=10**9)
     body = _big_span_export(1, 20 * MiB)
+    # This process also holds pytest and every earlier test's leftovers: the bound is on what the
+    # receiver adds. An idle `tailwatch collect` with its embedded engine holds ~400 MiB, so a
+    # growth under 1.5 GiB keeps that process under the 2 GiB asked for (measured: ~600 MiB).
+    before = _rss()
     with _serving(store, settings, writer) as (pipeline, _, url), _PeakRss() as rss:
         statuses = []
         with httpx.Client(timeout=60) as http:
@@ -501,5 +505,6 @@ def test_80_exports_of_20_mb_while_the_store_cannot_insert(store: Store, tmp_pat
         queued = pipeline.queue_bytes
     assert set(statuses) <= {200, 429, 503} and statuses.count(200) >= 1 and statuses[-1] in (429, 503)
     assert queued <= settings.max_queue_bytes
-    print(f"peak RSS {rss.peak / MiB:.0f} MiB; {statuses.count(200)} of 80 acknowledged")
-    assert rss.peak <= 2 * 1024 * MiB, f"peak RSS {rss.peak / MiB:.0f} MiB"
+    growth = rss.peak - before
+    print(f"RSS growth {growth / MiB:.0f} MiB; {statuses.count(200)} of 80 acknowledged")
+    assert growth <= 1.5 * 1024 * MiB, f"RSS grew by {growth / MiB:.0f} MiB"
