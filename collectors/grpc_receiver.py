@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 _SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 
+HANDSHAKE_TIMEOUT_S = 10.0
+CONNECTION_IDLE_S = 300.0
+
 
 class _TraceService:
     """``Export`` registered with raw bytes in: the body is parsed here, once, so an undecodable one
@@ -147,7 +150,14 @@ class GrpcReceiver:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
+                # A connection that has not finished its HTTP/2 preface in time is closed (a client
+                # connecting and sending nothing would otherwise hold a descriptor forever), and one
+                # idle for long is closed too (exporters reconnect transparently).
+                ("grpc.server_handshake_timeout_ms", int(HANDSHAKE_TIMEOUT_S * 1000)),
+                ("grpc.max_connection_idle_ms", int(CONNECTION_IDLE_S * 1000)),
             ],
+            # Calls beyond this are answered RESOURCE_EXHAUSTED at once instead of queuing.
+            maximum_concurrent_rpcs=4 * self.max_workers,
         )
         server.add_generic_rpc_handlers((_TraceService(self.pipeline, self.token).handler(),))
         host = f"[{self.host}]" if ":" in self.host else self.host

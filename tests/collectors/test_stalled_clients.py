@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+import collectors.grpc_receiver as grpc_receiver_module
 import collectors.receiver as receiver_module
 import collectors.receivers as receivers_module
 from collectors.pipeline import IngestPipeline
@@ -152,3 +153,21 @@ def test_thousands_of_stalled_connections_under_a_1024_descriptor_limit(tmp_path
         proc.terminate()
         proc.wait(30)
     assert log_bytes[0] < 5 * 1024 * 1024
+
+
+def test_a_grpc_connection_that_never_finishes_its_preface_is_closed(
+    pipeline: IngestPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(grpc_receiver_module, "HANDSHAKE_TIMEOUT_S", 0.5)
+    receivers = Receivers(pipeline, http=None, grpc="127.0.0.1:0")
+    receivers.start()
+    try:
+        assert receivers.grpc_port is not None
+        for payload in (b"", b"PRI * HTTP/2.0\r\n"):
+            with socket.create_connection(("127.0.0.1", receivers.grpc_port)) as sock:
+                sock.sendall(payload)
+                started = time.monotonic()
+                _closed_within(sock, 5.0)
+                assert time.monotonic() - started < 3.0
+    finally:
+        receivers.stop()
