@@ -6,10 +6,7 @@ after the last collector has exited.
 
 from __future__ import annotations
 
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -19,50 +16,13 @@ import httpx
 from collectors.spans import read_spans
 from collectors.store import open_store
 from tests.collectors.otlp_samples import make_request
-
-_LISTEN = re.compile(r"otlp/http listening on 127\.0\.0\.1:(\d+)")
-
-
-def _start_collector(dsn: str, *extra: str) -> tuple[subprocess.Popen[str], int, list[str]]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwatch",
-            "collect",
-            "--store",
-            dsn,
-            "--otlp-http",
-            "127.0.0.1:0",
-            "--otlp-grpc",
-            "off",
-            *extra,
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    lines: list[str] = []
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = _LISTEN.search(line)
-        if match:
-            # Keep draining stderr so the child never blocks on a full pipe.
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()  # type: ignore[arg-type]
-            return proc, int(match.group(1)), lines
-    proc.kill()
-    raise AssertionError("collector did not start: " + "".join(lines))
+from tests.collectors.processes import start_collector
 
 
 def test_kill_9_during_ingest_then_restart_keeps_every_acknowledged_span(tmp_path: Path) -> None:
     dsn = "chdb://" + str(tmp_path / "store")
     # Small batches with a long interval: at the kill some spans are inserted, most only spooled.
-    proc, port, _ = _start_collector(dsn, "--batch-rows", "2000", "--flush-interval", "30")
+    proc, port, _ = start_collector(dsn, "--batch-rows", "2000", "--flush-interval", "30")
     url = f"http://127.0.0.1:{port}/v1/traces"
     acked: set[str] = set()
     lock = threading.Lock()
@@ -103,7 +63,7 @@ def test_kill_9_during_ingest_then_restart_keeps_every_acknowledged_span(tmp_pat
     assert len(acked) >= 9_000
     assert any((tmp_path / "store.spool").glob("seg-*"))
 
-    proc, _, lines = _start_collector(dsn)
+    proc, _, lines = start_collector(dsn)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == 0
     assert any("replayed" in line for line in lines)
@@ -119,7 +79,7 @@ def test_kill_9_during_ingest_then_restart_keeps_every_acknowledged_span(tmp_pat
 
 def test_sigterm_flushes_the_queue(tmp_path: Path) -> None:
     dsn = "chdb://" + str(tmp_path / "store")
-    proc, port, _ = _start_collector(dsn, "--flush-interval", "60", "--no-spool", "--batch-rows", "100000")
+    proc, port, _ = start_collector(dsn, "--flush-interval", "60", "--no-spool", "--batch-rows", "100000")
     request, expected = make_request(50)
     result: list[int] = []
 

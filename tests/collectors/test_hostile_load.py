@@ -35,6 +35,7 @@ from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings, SettingsError
 from collectors.store import Store
 from tests.collectors.otlp_samples import make_request
+from tests.collectors.processes import start_collector
 from tests.collectors.test_pipeline import FlakyWriter, SlowWriter
 
 PB = {"Content-Type": "application/x-protobuf"}
@@ -409,44 +410,10 @@ def test_gunzip_is_capped_charged_and_keeps_multi_member_bodies() -> None:
 # --- the bounds, at its own volumes, on a `tailwatch collect` process -------------------
 
 
-def _collect_process(tmp_path: Path) -> tuple[Any, int]:
-    import subprocess
-    import sys
-
-    from tests.collectors.test_crash_recovery import _LISTEN
-
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwatch",
-            "collect",
-            "--store",
-            "chdb://" + str(tmp_path / "store"),
-            "--otlp-http",
-            "127.0.0.1:0",
-            "--otlp-grpc",
-            "off",
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stderr is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        match = _LISTEN.search(proc.stderr.readline())
-        if match:
-            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()  # type: ignore[union-attr]
-            return proc, int(match.group(1))
-    proc.kill()
-    raise AssertionError("the collector did not start")
-
-
 def test_collect_process_stays_under_1_5_gib_through_bombs_and_16_concurrent_60_mb_uploads(
     tmp_path: Path, json_bombs: list[bytes]
 ) -> None:
-    proc, port = _collect_process(tmp_path)
+    proc, port, _ = start_collector("chdb://" + str(tmp_path / "store"))
     url = f"http://127.0.0.1:{port}"
     process = psutil.Process(proc.pid)
     peak = [process.memory_info().rss]

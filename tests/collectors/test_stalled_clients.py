@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import resource
 import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +19,7 @@ from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
 from collectors.store import Store
 from tests.collectors.otlp_samples import make_request
-from tests.collectors.test_crash_recovery import _LISTEN
+from tests.collectors.processes import start_collector
 
 
 def _export(port: int, n: int = 5, seed: int = 1) -> httpx.Response:
@@ -97,41 +94,8 @@ def test_thousands_of_stalled_connections_under_a_1024_descriptor_limit(tmp_path
     def limit_descriptors() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
 
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tailwatch",
-            "collect",
-            "--store",
-            "chdb://" + str(tmp_path / "store"),
-            "--otlp-http",
-            "127.0.0.1:0",
-            "--otlp-grpc",
-            "off",
-        ],
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        preexec_fn=limit_descriptors,
-    )
-    log_bytes = [0]
+    proc, port, lines = start_collector("chdb://" + str(tmp_path / "store"), preexec_fn=limit_descriptors)
     try:
-        assert proc.stderr is not None
-        port = 0
-        deadline = time.monotonic() + 60
-        while not port and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            log_bytes[0] += len(line)
-            match = _LISTEN.search(line.decode())
-            port = int(match.group(1)) if match else 0
-        assert port, "the collector did not start"
-
-        def drain() -> None:
-            assert proc.stderr is not None
-            for chunk in proc.stderr:
-                log_bytes[0] += len(chunk)
-
-        threading.Thread(target=drain, daemon=True).start()
         stalled: list[socket.socket] = []
         try:
             for _ in range(2_000):
@@ -152,7 +116,7 @@ def test_thousands_of_stalled_connections_under_a_1024_descriptor_limit(tmp_path
     finally:
         proc.terminate()
         proc.wait(30)
-    assert log_bytes[0] < 5 * 1024 * 1024
+    assert sum(len(line) for line in lines) < 5 * 1024 * 1024
 
 
 def test_a_grpc_connection_that_never_finishes_its_preface_is_closed(
