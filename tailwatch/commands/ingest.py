@@ -15,7 +15,12 @@ from tailwatch.commands._common import store_option
 @click.command()
 @store_option
 @click.argument(
-    "files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+    # Existence is not checked here: a missing file is reported and skipped like an unreadable one,
+    # and the others still import (exit 1).
+    "files",
+    nargs=-1,
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
 )
 @click.option(
     "--batch-rows", type=click.IntRange(min=1), default=PipelineSettings.batch_rows, show_default=True

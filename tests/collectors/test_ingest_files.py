@@ -61,6 +61,19 @@ def test_ingest_command_reads_every_format(tmp_path: Path, store_dsn: str) -> No
         assert set(read_spans(store).column("SpanId").to_pylist()) == expected
 
 
+def test_a_missing_file_is_skipped_and_the_others_imported(tmp_path: Path, store_dsn: str) -> None:
+    # Regression: `tailwatch ingest ok.pb missing.pb` was a usage error and imported nothing.
+    pb, ex = make_request(12, seed=9)
+    (tmp_path / "ok.pb").write_bytes(pb.SerializeToString())
+    files = [str(tmp_path / "ok.pb"), str(tmp_path / "missing.pb")]
+    result = CliRunner().invoke(main, ["ingest", "--store", store_dsn, "--no-progress", *files])
+    assert result.exit_code == 1, result.output
+    assert "missing.pb" in result.output and "No such file or directory" in result.output
+    assert "ingested 12 spans (0 rejected) from 2 files" in result.output
+    with open_store(store_dsn) as store:
+        assert set(read_spans(store).column("SpanId").to_pylist()) == {e.span_id for e in ex}
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_bad_files_and_invalid_spans_are_reported(store: Store, tmp_path: Path, native: bool) -> None:
     request, _ = make_request(6, seed=9)
