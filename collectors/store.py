@@ -291,14 +291,23 @@ class Store:
                 raise StoreError(f"ClickHouse error ({self.location.redacted()}): {first}") from exc
 
 
-def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0) -> Store:
-    """Open the store the DSN names (argument → ``TAILWATCH_STORE`` → ``.tailwatch/store``)."""
+def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0, create: bool = True) -> Store:
+    """Open the store the DSN names (argument → ``TAILWATCH_STORE`` → ``.tailwatch/store``).
+
+    ``create=False`` (the read commands) refuses an embedded store that does not exist instead of
+    creating an empty one wherever a mistyped path or an unset variable points."""
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
     location = parse_dsn(resolve_dsn(dsn))
     if location.embedded:
         path = Path(location.path)
+        if not create and not path.is_dir():
+            raise StoreError(
+                f"no store at {location.dsn}: nothing was ingested there; point --store (or "
+                f"{STORE_ENV}) at the store your collectors write, or fill this one with "
+                "`tailwatch ingest FILE...` or `tailwatch collect`"
+            )
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

@@ -82,6 +82,14 @@ class ExportReport:
     notes: list[str] = field(default_factory=list)
 
 
+def check_window(start: datetime | None, end: datetime | None) -> None:
+    """Refuse an explicit window that is empty (before any store is opened)."""
+    if start is not None and end is not None and start >= end:
+        raise DashboardError(
+            f"dashboard window is empty: start {start.isoformat()} is not before end {end.isoformat()}"
+        )
+
+
 def check_formats(formats: Sequence[str]) -> tuple[ExportFormat, ...]:
     """The requested formats, validated; an unknown one names the allowed values."""
     if isinstance(formats, str):
@@ -147,10 +155,7 @@ def _resolve_analysis(
         end = datetime.now(UTC)
     end = _utc(end, "end")
     start = end - DEFAULT_WINDOW if start is None else _utc(start, "start")
-    if start >= end:
-        raise DashboardError(
-            f"dashboard window is empty: start {start.isoformat()} is not before end {end.isoformat()}"
-        )
+    check_window(start, end)
     loaded = analytics.load_analysis(store, start, end)
     if loaded is not None:
         return loaded, _run_id(loaded), False

@@ -167,7 +167,7 @@ def list_command(store_dsn: str | None, since: str, fmt: str) -> None:
 
 def _list(store_dsn: str | None, cutoff: datetime) -> pl.DataFrame:
     try:
-        opened = open_store(store_dsn)
+        opened = open_store(store_dsn, create=False)
     except StoreInUseError as exc:
         # A running `tailwatch serve` owns the embedded store: ask its API for the same frame.
         from tailwatch import remote

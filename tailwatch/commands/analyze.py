@@ -259,7 +259,7 @@ def analyze(
     if (baseline_start is None) != (baseline_end is None):
         raise TailwatchError("give both --baseline-start and --baseline-end, or neither")
     try:
-        opened = open_store(store_dsn)
+        opened = open_store(store_dsn, create=False)
     except StoreInUseError as exc:
         # A running `tailwatch serve` owns the embedded store: ask its API instead.
         from tailwatch import remote

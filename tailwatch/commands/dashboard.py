@@ -80,12 +80,13 @@ def export(
     or chromium on PATH.
     """
     from dashboards import export_dashboards
-    from dashboards.export import check_formats
+    from dashboards.export import check_formats, check_window
 
     chosen = check_formats(formats)
+    check_window(start, end)
     report: ExportReport | RemoteExport
     try:
-        opened = open_store(store_dsn)
+        opened = open_store(store_dsn, create=False)
     except StoreInUseError as exc:
         # A running `tailwatch serve` owns the embedded store: it exports, we unpack the files.
         from tailwatch import remote

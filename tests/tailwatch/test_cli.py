@@ -47,3 +47,19 @@ def test_bad_dsn_is_one_line() -> None:
     result = CliRunner().invoke(main, ["schema", "apply", "--store", "mysql://x"])
     assert result.exit_code == 2
     assert result.output.strip().startswith("tailwatch: error: store DSN 'mysql://x' is not supported")
+
+
+def test_read_commands_do_not_create_a_store_where_none_is(tmp_path: Path) -> None:
+    # Regression: `analyze --store chdb:///nonexistent/dir/store` created that directory and
+    # reported an empty analysis; the alert list and the dashboard export did the same.
+    missing = tmp_path / "nonexistent" / "dir" / "store"
+    window = ["--start", "2026-12-01T00:00:00Z", "--end", "2026-12-02T00:00:00Z"]
+    for args in (
+        ["analyze", *window],
+        ["alerts", "list"],
+        ["dashboard", "export", "--out", str(tmp_path / "out"), *window],
+    ):
+        result = CliRunner().invoke(main, [*args, "--store", f"chdb://{missing}"])
+        assert result.exit_code == 2, (args, result.output)
+        assert f"no store at chdb://{missing}" in result.output and "tailwatch ingest" in result.output
+    assert not (tmp_path / "nonexistent").exists()
