@@ -225,6 +225,16 @@ def render_table(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
+    """How many spans the store holds and from when to when (None when it holds none)."""
+    from collectors.schema import TRACES_TABLE
+
+    count, first, last = store.query_rows(
+        f"SELECT count(), min(Timestamp), max(Timestamp) FROM {store.table(TRACES_TABLE)}"
+    )[0]
+    return (int(count), first, last) if count else None
+
+
 @click.command("analyze")
 @store_option
 @click.option("--start", type=ISO_TIME, required=True, help="Window start (ISO 8601; UTC if no offset).")
@@ -275,7 +285,22 @@ def analyze(
                 "or point --store at the store your collectors write"
             )
         analysis = run_analysis(store, start, end, baseline_start, baseline_end)
+        shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
+        empty = all(frame.is_empty() for frame in shown)
+        held = _held_range(store) if empty else None
     if output_format == "json":
         click.echo(analysis.to_json())
     else:
         click.echo(render_table(analysis.to_dict()))
+    if empty:
+        # An empty report says why, on stderr (stdout stays the JSON or table asked for).
+        window = f"{analysis.start:%Y-%m-%d %H:%M} .. {analysis.end:%Y-%m-%d %H:%M} UTC"
+        if held is None:
+            click.echo(f"tailwatch: no spans in {window}; the store holds no spans at all", err=True)
+        else:
+            count, first, last = held
+            click.echo(
+                f"tailwatch: no requests, jobs or model calls in {window}; the store holds "
+                f"{count:,} spans from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC",
+                err=True,
+            )

@@ -63,3 +63,33 @@ def test_read_commands_do_not_create_a_store_where_none_is(tmp_path: Path) -> No
         assert result.exit_code == 2, (args, result.output)
         assert f"no store at chdb://{missing}" in result.output and "tailwatch ingest" in result.output
     assert not (tmp_path / "nonexistent").exists()
+
+
+def test_an_empty_window_says_what_the_store_holds(tmp_path: Path) -> None:
+    from collectors.spans import SpanRow, insert_spans, new_span_id, new_trace_id
+    from collectors.store import open_store
+    from tailwatch.schema import ensure_all
+
+    dsn = f"chdb://{tmp_path / 'store'}"
+    with open_store(dsn) as store:
+        ensure_all(store)
+        spans = [
+            SpanRow(
+                trace_id=new_trace_id(),
+                span_id=new_span_id(),
+                name="GET /",
+                start_ns=1_764_547_200_000_000_000 + i * 60_000_000_000,  # 2025-12-01 00:00 UTC on
+                duration_ns=1_000_000,
+                kind="Server",
+                service="api",
+            )
+            for i in range(3)
+        ]
+        insert_spans(store, spans)
+    window = ["--start", "2026-12-01T00:00:00Z", "--end", "2026-12-02T00:00:00Z"]
+    result = CliRunner().invoke(main, ["analyze", "--store", dsn, *window, "--format", "table"])
+    assert result.exit_code == 0, result.output
+    assert (
+        "no requests, jobs or model calls in 2026-12-01 00:00 .. 2026-12-02 00:00 UTC; "
+        "the store holds 3 spans from 2025-12-01 00:00 to 2025-12-01 00:02 UTC"
+    ) in result.output
