@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import socket
 import threading
 import time
@@ -118,6 +119,9 @@ def _log_throttled(message: str, *args: object) -> None:
         log.warning(message, *args)
 
 
+_VARYING = re.compile(r"0x[0-9a-fA-F]+|\d+")
+
+
 class _RepeatFilter(logging.Filter):
     """Lets one record a minute through for each message of the asyncio and uvicorn loggers (e.g.
     "socket.accept() out of system resource", logged per attempt while descriptors run out)."""
@@ -127,7 +131,10 @@ class _RepeatFilter(logging.Filter):
         self._seen: dict[str, float] = {}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = f"{record.name}:{record.msg}"
+        # Keyed on the message without its numbers and addresses: asyncio's "Exception in callback
+        # BaseSelectorEventLoop._start_serving(<function … at 0x7f…>, …)" differs only in those, and
+        # every accept that ran out of descriptors schedules one (thousands at a shutdown).
+        key = f"{record.name}:{_VARYING.sub('#', str(record.msg))[:200]}"
         now = time.monotonic()
         if now - self._seen.get(key, -1e9) < 60.0:
             return False
