@@ -437,7 +437,7 @@ def llm_signal_counts(
     cold-path work when it is marked cold, runs below a consumer, or its trace has no hot-path root.
     """
     if structure is not None:
-        llm_spans = without_queued_calls(llm_spans, structure)
+        llm_spans = without_queued_calls(llm_spans, structure, roots["trace_key"])
     calls = llm_call_rows(llm_spans, span_attempts(llm_spans), roots["trace_key"], windows)
     return signal_counts(calls)
 
@@ -450,7 +450,7 @@ def fetch_llm_signals(
         return empty(SIGNAL_COUNTS_SCHEMA)
     llm_spans = first_of_each(fetch_llm_spans(store, windows, conventions), "span_key")
     roots = fetch_roots(store, windows, conventions)
-    structure = fetch_structure(store, boundary_traces(llm_spans), windows, conventions)
+    structure = fetch_structure(store, boundary_traces(llm_spans, roots["trace_key"]), windows, conventions)
     counts = llm_signal_counts(llm_spans, roots, windows, structure)
     return counts.join(pairs.select("provider", "model").unique(), on=["provider", "model"], how="semi")
 

@@ -118,8 +118,9 @@ def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> 
     """Requests (:data:`REQUESTS_SCHEMA`) with their synchronous LLM calls, read on their own."""
     roots = first_of_each(fetch_roots(store, windows, conventions), "trace_key")
     llm_spans = first_of_each(fetch_llm_spans(store, windows, conventions), "span_key")
-    structure = fetch_structure(store, boundary_traces(llm_spans), windows, conventions)
-    llm_spans = without_queued_calls(llm_spans, structure)
+    hot = roots["trace_key"]
+    structure = fetch_structure(store, boundary_traces(llm_spans, hot), windows, conventions)
+    llm_spans = without_queued_calls(llm_spans, structure, hot)
     calls = logical_calls(llm_spans, span_attempts(llm_spans), roots["trace_key"])
     return with_sync_llm_calls(request_rows(roots, windows), calls)
 

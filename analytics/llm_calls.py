@@ -51,7 +51,6 @@ CALLS_SCHEMA: dict[str, Any] = {
     "window": pl.String,  # of the call's first span: "baseline", "current"
     "provider": pl.String,
     "model": pl.String,
-    "spans": pl.Int64,
     "attempts": pl.Int64,
     "failed_attempts": pl.Int64,
     "throttled_attempts": pl.Int64,
@@ -207,7 +206,6 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
         "start_ns",
         "provider",
         "model",
-        pl.lit(1, pl.Int64).alias("spans"),
         pl.col("attempts").alias("seen_attempts"),
         "failed_attempts",
         "throttled_attempts",
@@ -230,7 +228,6 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             pl.col("start_ns").first(),
             pl.col("provider").filter(pl.col("provider") != "").first().fill_null(""),
             pl.col("model").filter(pl.col("model") != "").first().fill_null(""),
-            pl.len().cast(pl.Int64).alias("spans"),
             pl.col("attempts").sum().alias("seen_attempts"),
             pl.col("failed_attempts").sum(),
             pl.col("throttled_attempts").sum(),

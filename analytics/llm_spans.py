@@ -5,8 +5,10 @@ The requests need every hot-path root and, per trace, its synchronous LLM calls;
 every LLM span with its error, 429 and retry marks and whether its trace is a hot-path request; the
 critical path and the retry metrics need the LLM class, provider, model, tokens and resend count of
 the spans they walk. The LLM-span read therefore also returns the other spans that carry tokens or a
-resend count (``is_llm`` false), and the workflow spans the retry metrics start from (their keys
-are read by the same scan; a separate query cost a fifth of this one). Both reads happen once each,
+resend count (``is_llm`` false), the workflow spans the retry metrics start from, the HTTP client
+spans that are an LLM call's attempts when their parent is one, and the cold-path boundaries
+(consumers, messaging process/receive spans) the ancestry walk starts from — all read by the same
+scan (a separate query cost a fifth of this one). Both reads happen once each,
 as narrow rows with 64-bit keys, and the metric code groups them in Polars
 (:func:`analytics.hot_path.with_sync_llm_calls`, :func:`analytics.attribution.llm_signal_counts`,
 :func:`analytics.trace_spans.with_span_attributes`, :func:`analytics.retries.workflows_from_spans`):
@@ -14,9 +16,10 @@ a GROUP BY
 per trace in ClickHouse plus a second pass over the LLM spans for the signals cost about twice as
 much as these two reads.
 
-Roots are read where ``ParentSpanId`` is empty (its size subcolumn, not the ids), LLM spans where an
-operation, provider, token or resend key is present (the key subcolumn), so neither read
-decompresses the attribute maps of other spans. Both cover each window plus the trace margin.
+Roots are read where ``ParentSpanId`` is empty (its size subcolumn, not the ids), the LLM-span read's
+rows where an operation, framework-kind, provider, token, resend, messaging-operation or HTTP-method
+key is present (the key subcolumn) or the kind is Consumer, so neither read decompresses
+the attribute maps of spans it cannot return. Both cover each window plus the trace margin.
 Duplicates of a span (same TraceId, SpanId) are left to the caller (the first row of each
 ``trace_key`` for roots, of each ``span_key`` for LLM spans), so that the store can start its next
 query while Python drops them.
@@ -179,6 +182,7 @@ def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.
 
 
 def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """LLM spans, the other spans carrying tokens or a resend count, and workflow spans
-    (:data:`LLM_SPANS_SCHEMA`), duplicates included (one row per ``span_key`` wanted)."""
+    """LLM spans, the other spans carrying tokens or a resend count, workflow spans, HTTP client spans
+    and boundary spans (:data:`LLM_SPANS_SCHEMA`), duplicates included (one row per ``span_key``
+    wanted)."""
     return _fetch(store, llm_spans_sql(store.table(TRACES_TABLE)), windows, conventions, LLM_SPANS_SCHEMA)

@@ -60,12 +60,12 @@ class _GuardedH11Protocol(H11Protocol):
             # connections holds every slot.
             waiting = [c for c in self.connections if isinstance(c, _GuardedH11Protocol) and c._head_timer]
             if not waiting:
-                _log_throttled(
+                _flood_log.warning(
                     "OTLP/HTTP: %d requests in progress; refusing new connections", MAX_CONNECTIONS
                 )
                 transport.abort()
                 return
-            _log_throttled(
+            _flood_log.warning(
                 "OTLP/HTTP: %d connections open; dropping the ones stalled longest", MAX_CONNECTIONS
             )
             oldest = min(waiting, key=lambda c: c._head_since)
@@ -108,23 +108,13 @@ class _GuardedH11Protocol(H11Protocol):
             super().connection_lost(exc)
 
 
-_last_logged: dict[str, float] = {}
-
-
-def _log_throttled(message: str, *args: object) -> None:
-    """Log a repeated warning at most once a minute: a flood must not become a flood of log lines."""
-    now = time.monotonic()
-    if now - _last_logged.get(message, -1e9) >= 60.0:
-        _last_logged[message] = now
-        log.warning(message, *args)
-
-
 _VARYING = re.compile(r"0x[0-9a-fA-F]+|\d+")
 
 
 class _RepeatFilter(logging.Filter):
-    """Lets one record a minute through for each message of the asyncio and uvicorn loggers (e.g.
-    "socket.accept() out of system resource", logged per attempt while descriptors run out)."""
+    """Lets one record a minute through for each message of the loggers a flood of connections makes
+    repeat (asyncio's "socket.accept() out of system resource", logged per attempt while descriptors
+    run out; uvicorn's; the connection cap's own warnings)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -143,7 +133,9 @@ class _RepeatFilter(logging.Filter):
 
 
 _REPEAT_FILTER = _RepeatFilter()
-for _name in ("asyncio", "uvicorn.error"):
+# The connection cap's warnings go through their own logger, rate-limited like the libraries'.
+_flood_log = logging.getLogger(f"{__name__}.connections")
+for _name in ("asyncio", "uvicorn.error", _flood_log.name):
     if _REPEAT_FILTER not in logging.getLogger(_name).filters:
         logging.getLogger(_name).addFilter(_REPEAT_FILTER)
 
