@@ -9,7 +9,7 @@ from typing import Any
 import polars as pl
 
 from analytics.conventions import Conventions
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 
 __all__ = ["AnalysisError", "Windows", "empty", "first_of_each", "normalize", "series_every", "utc"]
 

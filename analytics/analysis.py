@@ -80,7 +80,7 @@ from analytics.retries import (
 )
 from analytics.rollups import coverage, long_window_hot_path
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
-from collectors.store import Store
+from storage import Store
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
 

@@ -47,7 +47,7 @@ from analytics.conventions import (
 from analytics.llm_calls import SIGNAL_COUNTS_SCHEMA, llm_call_rows, signal_counts, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.trace_spans import TRACE_SPANS_SCHEMA, fetch_structure
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "ATTRIBUTION_SCHEMA",

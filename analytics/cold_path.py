@@ -35,7 +35,7 @@ from analytics.conventions import (
 )
 from analytics.stats import percentile_exprs
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "COLD_PATH_CDF_SCHEMA",

@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
-from collectors.errors import TailwatchError
 from collectors.schema import span_kind_sql, status_code_sql
+from storage import TailwatchError
 
 __all__ = ["Conventions", "ConventionsError", "SpanClass", "Verdict"]
 

@@ -21,7 +21,7 @@ from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.stats import percentile_exprs
 from analytics.trace_spans import fetch_structure
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "HOT_PATH_SCHEMA",

@@ -59,7 +59,7 @@ from analytics.conventions import (
     Conventions,
 )
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "LLM_SPANS_SCHEMA",

@@ -23,15 +23,14 @@ from analytics._common import utc
 from analytics.analysis import FRAME_SCHEMAS, Analysis
 from analytics.conventions import Conventions
 from analytics.schema import FRAMES_TABLE, HISTORY_FRAMES, MIGRATIONS, RUNS_TABLE, history_table
-from collectors.schema import apply_schema
-from collectors.store import Store
+from storage import Store, ensure_schema
 
 __all__ = ["latest_analysis", "load_analysis", "persist_analysis", "runs"]
 
 
 def persist_analysis(store: Store, analysis: Analysis, conventions: Conventions | None = None) -> str:
     """Write one run; returns its run id."""
-    apply_schema(store, MIGRATIONS)
+    ensure_schema(store, MIGRATIONS)
     run_id = uuid.uuid4().hex
     created = datetime.now(UTC)
     frames = analysis.frame_bytes()

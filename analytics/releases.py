@@ -35,9 +35,8 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
-from collectors.errors import StoreError
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store, StoreError
 
 __all__ = [
     "RELEASES_SCHEMA",

@@ -31,7 +31,7 @@ import polars as pl
 from analytics._common import Windows, empty
 from analytics.conventions import Conventions
 from analytics.llm_spans import fetch_llm_spans
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "RETRY_AMPLIFICATION_SCHEMA",

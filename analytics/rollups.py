@@ -34,8 +34,8 @@ from analytics.conventions import ABANDONED, IS_HOT_ROOT, Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA
 from analytics.releases import record_release_times
 from analytics.schema import MIGRATIONS, ROLLUP_RUNS_TABLE, ROLLUPS_TABLE
-from collectors.schema import TRACES_TABLE, apply_schema
-from collectors.store import Store
+from collectors.schema import TRACES_TABLE
+from storage import Store, ensure_schema
 
 __all__ = [
     "HIGHEST_US",
@@ -109,7 +109,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
     """Roll up every whole minute from the last watermark (or the first span) to ``until`` (default:
     now − ``ROLLUP_SETTLE``). Returns the number of rollup rows written."""
     conv = conventions or Conventions()
-    apply_schema(store, MIGRATIONS)
+    ensure_schema(store, MIGRATIONS)
     limit = _floor_minute(utc(until, "until") if until is not None else datetime.now(UTC) - ROLLUP_SETTLE)
     covered = coverage(store)
     if covered is not None:

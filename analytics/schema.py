@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from collectors.schema import DDLContext, Migration
+from storage import DDLContext, Migration, register_migrations
 
 __all__ = [
     "FRAMES_TABLE",
@@ -155,3 +155,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     _m(6, RELEASE_TIMES_TABLE, _release_times),
     _m(7, "tailwatch_analysis_cold_path runs", _cold_path_runs),
 )
+
+register_migrations(MIGRATIONS)

@@ -33,7 +33,7 @@ from analytics.conventions import (
     Conventions,
 )
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "TRACE_SPANS_SCHEMA",
@@ -111,7 +111,7 @@ _LARGE_BLOCKS = "SETTINGS max_block_size = 262144, preferred_block_size_bytes = 
 
 def trace_spans_sql(table: str, key_set: str | None) -> str:
     """Spans of the chosen traces. With ``key_set`` (a table made by
-    :meth:`collectors.store.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
+    :meth:`storage.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
     Otherwise the query chooses them itself: the hot-path requests at or above their
     (service, operation, window)'s duration floor and, with ``{workflows}``, the traces with a
     workflow span in the current window and, with ``{boundaries}``, the traces with a cold-path
@@ -165,7 +165,7 @@ def fetch_trace_spans(
     with :func:`with_span_attributes`).
 
     The embedded engine gets the trace keys as a temporary set table
-    (:meth:`collectors.store.Store.key_set`); a server store (``by_keys`` False) has the query choose
+    (:meth:`storage.Store.key_set`); a server store (``by_keys`` False) has the query choose
     them again from the tails' duration floors, where ties at a floor may add traces — callers keep
     theirs by ``trace_key``.
     """

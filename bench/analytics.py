@@ -53,14 +53,14 @@ def _peak_rss_mb() -> float:
 
 def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
     from bench.analytics_data import BASELINE_START, CURRENT_END, CURRENT_START, generate
-    from collectors.store import open_store
+    from storage import open_store
 
     with open_store(dsn) as store:
         store.command("SET use_query_condition_cache = 0")
         if mode == "generate":
-            from tailwatch.schema import ensure_all
+            from storage import ensure_schema
 
-            ensure_all(store)
+            ensure_schema(store)
             started = time.perf_counter()
             rows = generate(store, spans)
             store.command("OPTIMIZE TABLE otel_traces FINAL")

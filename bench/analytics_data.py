@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from collectors.store import Store
+from storage import Store
 
 __all__ = ["BASELINE_START", "CURRENT_END", "CURRENT_START", "generate"]
 

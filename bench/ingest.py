@@ -247,8 +247,9 @@ def _serve_baseline(store: Any) -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
+    from collectors.schema import TRACES_ARROW_SCHEMA
     from collectors.settings import PipelineSettings
+    from storage import ensure_schema
 
     ensure_schema(store)
     batch_rows = PipelineSettings.from_env().batch_rows  # the same batches as the receiver's
@@ -314,7 +315,7 @@ def _wait_for_term(port: int) -> None:
 
 
 def serve(mode: str, dsn: str, spool: Path) -> None:
-    from collectors.store import open_store
+    from storage import open_store
 
     with open_store(dsn) as store:
         if mode in ("native", "arrow"):
@@ -459,9 +460,8 @@ class Ceiling:
 def measure_ceiling(bodies: list[bytes], batches: int = 8) -> Ceiling:
     """CPU per span of ClickHouse's own work on the Collector schema, with no receiver at all."""
     from collectors.native_insert import NativeInserter
-    from collectors.schema import ensure_schema
     from collectors.settings import PipelineSettings
-    from collectors.store import open_store
+    from storage import ensure_schema, open_store
 
     def cpu_s() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from collectors.store import Store
+from storage import Store
 
 LLM_OPS = {"chat", "text_completion", "generate_content", "embeddings"}
 WORKFLOW_OPS = {"invoke_workflow", "invoke_agent"}

@@ -10,18 +10,7 @@ Public surface::
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from collectors.errors import SchemaError, StoreError, StoreInUseError, TailwatchError
-from collectors.schema import (
-    TRACES_ARROW_SCHEMA,
-    TRACES_TABLE,
-    DDLContext,
-    Migration,
-    apply_schema,
-    ensure_schema,
-    render_ddl,
-    span_kind_sql,
-    status_code_sql,
-)
+from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE, span_kind_sql, status_code_sql
 from collectors.spans import (
     SpanEvent,
     SpanLink,
@@ -32,7 +21,21 @@ from collectors.spans import (
     read_spans,
     spans_to_arrow,
 )
-from collectors.store import Store, default_store_dsn, open_store, parse_dsn, resolve_dsn
+from storage import (
+    DDLContext,
+    Migration,
+    SchemaError,
+    Store,
+    StoreError,
+    StoreInUseError,
+    TailwatchError,
+    apply_schema,
+    default_store_dsn,
+    ensure_schema,
+    open_store,
+    parse_dsn,
+    render_ddl,
+)
 
 # The ingest runtime (receivers, grpc, the SDK exporter) imports heavy libraries; load it on first
 # use so `import collectors` stays cheap for the commands that only read the store.
@@ -106,7 +109,6 @@ __all__ = [
     "read_spans",
     "render_ddl",
     "request_to_arrow",
-    "resolve_dsn",
     "span_kind_sql",
     "spans_to_arrow",
     "status_code_sql",

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from collectors.otlp_decode import request_to_arrow
 from collectors.pipeline import IngestPipeline
-from collectors.store import Store
 from collectors.writer import StoreSpanWriter
+from storage import Store
 
 __all__ = ["ClickHouseSpanExporter"]
 

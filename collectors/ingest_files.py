@@ -22,7 +22,6 @@ from typing import IO
 import pyarrow as pa
 from tqdm import tqdm
 
-from collectors.errors import TailwatchError
 from collectors.native_insert import NativeInserter, checked_inserter
 from collectors.otlp_decode import (
     OtlpDecodeError,
@@ -31,10 +30,10 @@ from collectors.otlp_decode import (
     request_to_arrow,
     validate_request,
 )
-from collectors.schema import ensure_schema
+from collectors.schema import TRACES_MIGRATIONS
 from collectors.settings import PipelineSettings
-from collectors.store import Store
 from collectors.writer import StoreSpanWriter
+from storage import Store, TailwatchError, ensure_schema
 
 __all__ = ["FileReport", "IngestReport", "ingest_files"]
 
@@ -201,7 +200,7 @@ def ingest_files(
     Protobuf requests on an embedded store are mapped by ClickHouse itself (``native``, see
     :mod:`collectors.native_insert`); JSON and server stores use the Arrow path.
     """
-    ensure_schema(store)
+    ensure_schema(store, TRACES_MIGRATIONS)
     batcher = _Batcher(store, batch_rows, checked_inserter(store) if native else None)
     report = IngestReport()
     total_bytes = sum(size_of(Path(p)) for p in paths)

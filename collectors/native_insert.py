@@ -28,10 +28,9 @@ from google.protobuf.internal.encoder import _VarintBytes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, ArrayValue, KeyValue, KeyValueList
 
-from collectors.errors import StoreError
 from collectors.otlp_decode import decode_protobuf, request_to_arrow
 from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE
-from collectors.store import Store
+from storage import Store, StoreError
 
 __all__ = ["NativeInserter", "checked_inserter", "native_sample", "self_test"]
 

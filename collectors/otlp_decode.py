@@ -33,8 +33,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from collectors.errors import TailwatchError
 from collectors.schema import TRACES_ARROW_SCHEMA
+from storage import TailwatchError
 
 __all__ = [
     "DecodedSpans",

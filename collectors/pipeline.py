@@ -31,11 +31,11 @@ from prometheus_client import CollectorRegistry
 from collectors.metrics import IngestMetrics
 from collectors.native_insert import NativeInserter, checked_inserter
 from collectors.otlp_decode import decode_protobuf, request_to_arrow
-from collectors.schema import TRACES_ARROW_SCHEMA, ensure_schema
+from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_MIGRATIONS
 from collectors.settings import PipelineSettings
 from collectors.spool import Spool, SpoolTicket, table_to_ipc
-from collectors.store import Store
 from collectors.writer import SpanWriter, StoreSpanWriter
+from storage import Store, ensure_schema
 
 __all__ = ["IngestPipeline", "SubmitResult", "SubmitStatus", "spool_record"]
 
@@ -129,7 +129,7 @@ class IngestPipeline:
             if self._state != "new":
                 raise RuntimeError(f"pipeline already {self._state}")
         if self.store is not None:
-            ensure_schema(self.store)
+            ensure_schema(self.store, TRACES_MIGRATIONS)
             if self.settings.native_insert and not self._custom_writer:
                 # None on a server store, or when this engine does not map OTLP exactly.
                 work_dir = self.settings.spool_dir / "tmp" if self.settings.spool_dir is not None else None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 
 __all__ = [
     "BATCH_ROWS_ENV",

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE, span_kind_sql, status_code_sql
-from collectors.store import Store
+from storage import Store
 
 __all__ = [
     "SpanEvent",

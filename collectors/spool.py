@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 
 __all__ = ["Spool", "SpoolError", "SpoolTicket", "table_to_ipc"]
 

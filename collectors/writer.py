@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from collectors.schema import TRACES_TABLE
-from collectors.store import Store
+from storage import Store
 
 __all__ = ["SpanWriter", "StoreSpanWriter", "span_keys"]
 

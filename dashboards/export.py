@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 import plotly.graph_objects as go
 import polars as pl
 
-from collectors.errors import TailwatchError
 from dashboards import style
 from dashboards._analysis import AnalysisFrames
 from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
+from storage import TailwatchError
 
 if TYPE_CHECKING:
-    from collectors.store import Store
+    from storage import Store
 
 __all__ = [
     "BROWSER_ENV",

@@ -23,10 +23,6 @@ from typing import Any
 
 import polars as pl
 
-from collectors.errors import TailwatchError
-from collectors.schema import apply_schema
-from collectors.store import Store
-from slo_rules import schema as rules_schema
 from slo_rules.annotate import attribution_annotations, fmt_ms, fmt_pct, fmt_s
 from slo_rules.notifiers import AlertPayload, Notification, NotifierConfig, PagerDutyConfig
 from slo_rules.outbox import enqueue
@@ -41,6 +37,7 @@ from slo_rules.rules import (
     RuleSet,
     format_duration,
 )
+from slo_rules.schema import MIGRATIONS as RULES_MIGRATIONS
 from slo_rules.source import AnalyticsSource, DataSource
 from slo_rules.state import (
     AlertState,
@@ -51,6 +48,7 @@ from slo_rules.state import (
     write_events,
     write_states,
 )
+from storage import Store, TailwatchError, ensure_schema
 
 __all__ = ["Candidate", "EvaluationResult", "burn_rate", "evaluate", "evaluate_with"]
 
@@ -656,7 +654,7 @@ def evaluate_with(
 ) -> EvaluationResult:
     """:func:`evaluate` with an explicit data source (tests feed synthetic counts through this)."""
     at = _utc(at)
-    apply_schema(store, rules_schema.MIGRATIONS)
+    ensure_schema(store, RULES_MIGRATIONS)
     url = dashboard_url or os.environ.get(DASHBOARD_URL_ENV) or DEFAULT_DASHBOARD_URL
     ctx = _Context(source, at, url)
     result = EvaluationResult(at=at)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 
 __all__ = ["DeliveryError", "RuleError", "RuleProblem"]
 

@@ -28,11 +28,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from collectors.errors import TailwatchError
-from collectors.schema import apply_schema
-from collectors.store import Store
 from slo_rules.notifiers import DeliveryResult, Notification, Notifier, NotifierConfig, build_notifier
 from slo_rules.schema import MIGRATIONS, OUTBOX_TABLE
+from storage import Store, TailwatchError, ensure_schema
 
 __all__ = ["DeliveryReport", "OutboxRow", "deliver", "enqueue", "outbox_rows"]
 
@@ -225,7 +223,7 @@ def deliver(
     Without ``force``, a notifier that fails with a retryable error is skipped for the rest of
     this drain (its later notifications keep their order and are tried on the next drain).
     """
-    apply_schema(store, MIGRATIONS)
+    ensure_schema(store, MIGRATIONS)
     moment = _utc(now or datetime.now(UTC))
     report = DeliveryReport()
     configs = {c.name: c for c in notifiers}

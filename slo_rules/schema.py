@@ -8,7 +8,7 @@ state written.
 
 from __future__ import annotations
 
-from collectors.schema import DDLContext, Migration
+from storage import DDLContext, Migration, register_migrations
 
 ALERT_STATE_TABLE = "tailwatch_alert_state"
 ALERT_EVENTS_TABLE = "tailwatch_alert_events"
@@ -99,3 +99,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("slo_rules", 2, ALERT_EVENTS_TABLE, _alert_events),
     Migration("slo_rules", 3, OUTBOX_TABLE, _outbox),
 )
+
+register_migrations(MIGRATIONS)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from collectors.store import Store
+from storage import Store
 
 __all__ = ["AnalyticsSource", "DataSource"]
 

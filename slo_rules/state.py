@@ -19,9 +19,9 @@ from typing import Any, Literal
 import polars as pl
 import pyarrow as pa
 
-from collectors.store import Store
 from slo_rules.outbox import next_version
 from slo_rules.schema import ALERT_EVENTS_TABLE, ALERT_STATE_TABLE
+from storage import Store
 
 __all__ = [
     "AlertState",

@@ -41,8 +41,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from collectors.errors import TailwatchError
-from collectors.store import Store
+from storage import Store, TailwatchError
 from tailwatch.config import TailwatchConfig
 
 __all__ = ["ARROW_STREAM", "EXPORT_REPORT_HEADER", "ServiceApi", "api_routes", "parse_time"]

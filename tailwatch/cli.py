@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 from tailwatch import __version__
 from tailwatch.commands import alerts as alerts_commands
 from tailwatch.commands import analyze as analyze_commands

@@ -57,10 +57,9 @@ from pydantic import (
     model_validator,
 )
 
-from collectors.errors import StoreError, TailwatchError
 from collectors.settings import PipelineSettings
-from collectors.store import STORE_ENV, StoreLocation, default_store_dsn, parse_dsn
 from slo_rules.rules import MAX_DURATION_S
+from storage import StoreError, StoreLocation, TailwatchError, default_store_dsn, parse_dsn
 
 if TYPE_CHECKING:
     from analytics import Conventions
@@ -73,6 +72,7 @@ __all__ = [
     "INGEST_TOKEN_ENV",
     "JOB_NAMES",
     "SECRET_PATH_HOSTS",
+    "STORE_ENV",
     "ConfigError",
     "EnvVar",
     "JobName",
@@ -85,11 +85,15 @@ __all__ = [
     "mask_url",
     "parse_duration",
     "render_config",
+    "resolve_dsn",
 ]
 
 # ---------------------------------------------------------------------------------------------
 # Environment variables: every TAILWATCH_* name the service reads is declared here, once.
 # ---------------------------------------------------------------------------------------------
+
+STORE_ENV = "TAILWATCH_STORE"
+"""The store DSN (``--store`` wins; else the embedded store under ``./.tailwatch/store``)."""
 
 CONFIG_ENV = "TAILWATCH_CONFIG"
 """Path of the TOML config file (``--config`` wins; else ``./tailwatch.toml`` when it exists)."""
@@ -98,6 +102,13 @@ INGEST_TOKEN_ENV = "TAILWATCH_INGEST_TOKEN"  # noqa: S105 (a variable name, not 
 """Default name of the variable holding the bearer token for ingest, API and dashboards."""
 
 DEFAULT_CONFIG_FILE = "tailwatch.toml"
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """Argument, then ``TAILWATCH_STORE``, then the embedded default."""
+    if dsn:
+        return dsn
+    return os.environ.get(STORE_ENV, "").strip() or default_store_dsn()
 
 
 @dataclass(frozen=True)

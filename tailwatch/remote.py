@@ -2,7 +2,7 @@
 
 ``tailwatch serve`` with a ``chdb://`` store writes ``<store dir>/tailwatch-service.json`` (its API
 URL, pid and the name of the token variable) once listening, and removes it at exit. A command
-that gets :class:`~collectors.errors.StoreInUseError` from ``open_store`` asks :func:`for_store`
+that gets :class:`~storage.StoreInUseError` from ``open_store`` asks :func:`for_store`
 for a :class:`RemoteService` and calls the same operation over HTTP::
 
     try:
@@ -27,10 +27,9 @@ from typing import Any
 import httpx
 import polars as pl
 
-from collectors.errors import StoreInUseError
-from collectors.store import parse_dsn, resolve_dsn
+from storage import StoreInUseError, parse_dsn
 from tailwatch.api import EXPORT_REPORT_HEADER
-from tailwatch.config import INGEST_TOKEN_ENV
+from tailwatch.config import INGEST_TOKEN_ENV, resolve_dsn
 
 __all__ = ["RemoteExport", "RemoteService", "ServiceUnavailableError", "find_service", "for_store"]
 

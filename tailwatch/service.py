@@ -42,12 +42,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from analytics import Conventions
 from collectors import IngestPipeline, PipelineSettings, Receivers
-from collectors.errors import TailwatchError
-from collectors.store import Store, open_store, parse_dsn
 from slo_rules import NotifierConfig, RuleSet
+from storage import Store, TailwatchError, open_store, parse_dsn
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.remote import SERVICE_FILE
-from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, MIGRATIONS
+from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE
 
 __all__ = [
     "Job",
@@ -600,9 +599,8 @@ class Service:
 
     def start(self) -> None:
         """Open the store, apply the schema, start receivers and jobs; returns once listening."""
-        from collectors.schema import apply_schema
+        from storage import ensure_schema
         from tailwatch.api import ServiceApi, api_routes
-        from tailwatch.schema import ensure_all
 
         config = self.config
         jobs = list(self._jobs_override) if self._jobs_override is not None else None
@@ -613,8 +611,7 @@ class Service:
             self.rules.load()
         self.store = open_store(config.store)
         try:
-            ensure_all(self.store)
-            apply_schema(self.store, MIGRATIONS)
+            ensure_schema(self.store)
             settings = PipelineSettings(
                 batch_rows=config.ingest.batch_rows,
                 flush_interval_s=config.ingest.flush_interval,

@@ -7,7 +7,7 @@ renewals and readers take the newest, so no update or transaction is needed on a
 
 from __future__ import annotations
 
-from collectors.schema import DDLContext, Migration
+from storage import DDLContext, Migration, register_migrations
 
 JOB_RUNS_TABLE = "tailwatch_job_runs"
 LEASE_TABLE = "tailwatch_scheduler_lease"
@@ -52,3 +52,5 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration("service", 1, JOB_RUNS_TABLE, _job_runs),
     Migration("service", 2, LEASE_TABLE, _lease),
 )
+
+register_migrations(MIGRATIONS)

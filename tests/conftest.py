@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from collectors.store import Store, open_store
-from tailwatch.schema import ensure_all
+import analytics  # noqa: F401 - importing a stage registers its tables with storage.ensure_schema
+import slo_rules  # noqa: F401
+import tailwatch.service_schema  # noqa: F401
+from storage import Store, ensure_schema, open_store
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TAILWATCH_BIN = str(Path(sys.executable).with_name("tailwatch"))
@@ -27,7 +29,7 @@ def store(store_dsn: str) -> Iterator[Store]:
     """A fresh embedded store with the whole schema applied, closed after the test."""
     s = open_store(store_dsn)
     try:
-        ensure_all(s)
+        ensure_schema(s)
         yield s
     finally:
         s.close()

@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 import click
 
-from collectors.store import STORE_ENV
+from tailwatch.config import STORE_ENV
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -12,11 +12,10 @@ from typing import Any
 import click
 import polars as pl
 
-from collectors.errors import StoreInUseError
-from collectors.store import open_store
 from slo_rules import NotifierConfig, WebhookConfig, deliver, evaluate, list_alerts, load_rules
 from slo_rules.outbox import DeliveryReport
 from slo_rules.rules import parse_duration
+from storage import StoreInUseError, open_store
 from tailwatch.commands._common import store_option
 
 WEBHOOK_ENV = "TAILWATCH_WEBHOOK_URL"

@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 
 import click
 
-from collectors.errors import TailwatchError
+from storage import TailwatchError
 from tailwatch.commands._common import store_option
 
 OutputFormat = Literal["json", "table"]
@@ -262,9 +262,8 @@ def analyze(
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
     LLM-vs-internal attribution over [--start, --end) against a baseline window."""
     from analytics import analyze as run_analysis
-    from collectors.errors import StoreInUseError
     from collectors.schema import TRACES_TABLE
-    from collectors.store import open_store
+    from storage import StoreInUseError, open_store
 
     if (baseline_start is None) != (baseline_end is None):
         raise TailwatchError("give both --baseline-start and --baseline-end, or neither")

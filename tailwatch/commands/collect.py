@@ -11,7 +11,6 @@ from types import FrameType
 
 import click
 
-from collectors.errors import TailwatchError
 from collectors.settings import (
     DEFAULT_GRPC_ADDRESS,
     DEFAULT_HTTP_ADDRESS,
@@ -20,9 +19,9 @@ from collectors.settings import (
     PipelineSettings,
     parse_address,
 )
-from collectors.store import open_store, parse_dsn, resolve_dsn
+from storage import TailwatchError, open_store, parse_dsn
 from tailwatch.commands._common import store_option
-from tailwatch.config import default_spool_dir
+from tailwatch.config import default_spool_dir, resolve_dsn
 
 
 def _address(value: str) -> str | None:

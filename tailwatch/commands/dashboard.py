@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from collectors.errors import StoreInUseError
-from collectors.store import open_store
+from storage import StoreInUseError, open_store
 from tailwatch.commands._common import store_option
 
 if TYPE_CHECKING:

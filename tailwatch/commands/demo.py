@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
+from demo.generator import parse_scenarios
+from demo.scenarios import DemoError, format_summary, run_demo
 from tailwatch.commands._common import store_option
 from tailwatch.commands.generate import SCENARIO_HELP, parse_end
-from tailwatch.demo import DemoError, format_summary, run_demo
-from tailwatch.generator import parse_scenarios
 
 
 @click.command("demo")

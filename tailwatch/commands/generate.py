@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from tailwatch.generator import FILE_FORMATS, SCENARIOS, Workload, parse_scenarios, write_otlp_file
+from demo.generator import FILE_FORMATS, SCENARIOS, Workload, parse_scenarios, write_otlp_file
 
 SCENARIO_HELP = (
     f"Scenario to switch on (repeatable or comma-separated): {', '.join(SCENARIOS)}; "

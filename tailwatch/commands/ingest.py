@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from collectors.settings import PipelineSettings
-from collectors.store import open_store
+from storage import open_store
 from tailwatch.commands._common import store_option
 
 

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import click
 
-from collectors.schema import DDLContext, render_ddl
-from collectors.store import open_store, parse_dsn, resolve_dsn
+# Importing a stage registers its tables with storage; the wiring package is where all of them meet.
+import analytics  # noqa: F401
+import collectors  # noqa: F401
+import slo_rules  # noqa: F401
+import tailwatch.service_schema  # noqa: F401
+from storage import DDLContext, ensure_schema, open_store, parse_dsn, registered_migrations, render_ddl
 from tailwatch.commands._common import store_option
-from tailwatch.schema import all_migrations, ensure_all
+from tailwatch.config import resolve_dsn
 
 
 @click.group()
@@ -26,7 +30,7 @@ def print_ddl(cluster: str | None, ttl_days: int | None, database: str | None, s
     """Print the DDL without touching any store."""
     db = database or parse_dsn(resolve_dsn(store_dsn)).database
     click.echo(
-        render_ddl(all_migrations(), DDLContext(database=db, cluster=cluster, ttl_days=ttl_days)),
+        render_ddl(registered_migrations(), DDLContext(database=db, cluster=cluster, ttl_days=ttl_days)),
         nl=False,
     )
 
@@ -38,7 +42,7 @@ def print_ddl(cluster: str | None, ttl_days: int | None, database: str | None, s
 def apply(cluster: str | None, ttl_days: int | None, store_dsn: str | None) -> None:
     """Create the schema in the store (idempotent; records applied migrations)."""
     with open_store(store_dsn) as store:
-        report = ensure_all(store, cluster=cluster, ttl_days=ttl_days)
+        report = ensure_schema(store, cluster=cluster, ttl_days=ttl_days)
     for label in report.applied:
         click.echo(f"applied  {label}")
     click.echo(

@@ -25,9 +25,8 @@ from analytics.retries import fetch_workflows
 from analytics.trace_spans import fetch_trace_spans
 from collectors.schema import TRACES_TABLE
 from collectors.spans import SpanRow, insert_spans, new_span_id
-from collectors.store import Store, open_store
+from storage import Store, ensure_schema, open_store
 from tailwatch.cli import main
-from tailwatch.schema import ensure_all
 from tests.analytics.builders import (
     MS,
     S,
@@ -491,7 +490,7 @@ def test_conventions_are_configurable(store: Store) -> None:
 def test_cli_json_and_table(store_dsn: str) -> None:
     scenario = scenario_internal_regression()
     with open_store(store_dsn) as s:
-        ensure_all(s)
+        ensure_schema(s)
         insert_spans(s, scenario.spans)
     base = [sys.executable, "-m", "tailwatch", "analyze", "--store", store_dsn]
     window = ["--start", "2026-11-02T09:00:00Z", "--end", "2026-11-02T10:00:00Z"]

@@ -22,9 +22,8 @@ from analytics._common import Windows
 from analytics.conventions import Conventions
 from analytics.releases import fetch_release_times
 from analytics.rollups import coverage, rollup_percentiles
-from collectors.errors import StoreError
 from collectors.spans import SpanRow, insert_spans
-from collectors.store import Store
+from storage import Store, StoreError
 from tests.analytics.builders import at, dt, hot_request, scenario_cold_queues, scenario_llm_regression
 
 

@@ -15,7 +15,7 @@ import pytest
 from analytics import analyze
 from bench import pandas_baseline
 from bench.analytics_data import CURRENT_END, CURRENT_START, generate
-from collectors.store import Store
+from storage import Store
 
 SPANS = 100_000
 

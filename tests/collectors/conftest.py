@@ -9,7 +9,7 @@ import pytest
 
 from collectors.pipeline import IngestPipeline
 from collectors.settings import PipelineSettings
-from collectors.store import Store
+from storage import Store
 
 
 @pytest.fixture

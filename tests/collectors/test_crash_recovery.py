@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 
 from collectors.spans import read_spans
-from collectors.store import open_store
+from storage import open_store
 from tests.collectors.otlp_samples import make_request
 from tests.collectors.processes import start_collector
 

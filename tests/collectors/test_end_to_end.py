@@ -21,7 +21,7 @@ from collectors.exporter import ClickHouseSpanExporter
 from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
 from collectors.spans import read_spans
-from collectors.store import Store
+from storage import Store
 from tests.collectors.otlp_samples import make_request
 
 

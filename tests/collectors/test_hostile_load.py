@@ -33,7 +33,7 @@ from collectors.otlp_decode import (
 from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings, SettingsError
-from collectors.store import Store
+from storage import Store
 from tests.collectors.otlp_samples import make_request
 from tests.collectors.processes import start_collector
 from tests.collectors.test_pipeline import FlakyWriter, SlowWriter

@@ -12,7 +12,7 @@ from google.protobuf import json_format
 
 from collectors.ingest_files import ingest_files
 from collectors.spans import read_spans
-from collectors.store import Store, open_store
+from storage import Store, open_store
 from tailwatch.cli import main
 from tests.collectors.otlp_samples import EXAMPLE_TRACE_JSON, make_request
 

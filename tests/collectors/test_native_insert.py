@@ -20,7 +20,7 @@ from collectors.pipeline import IngestPipeline
 from collectors.receiver import create_http_app
 from collectors.settings import PipelineSettings
 from collectors.spans import read_spans
-from collectors.store import Store
+from storage import Store
 from tests.collectors.otlp_samples import kv, make_request
 
 

@@ -17,8 +17,8 @@ from collectors.pipeline import IngestPipeline, spool_record
 from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings, SettingsError
 from collectors.spool import Spool, table_to_ipc
-from collectors.store import Store
 from collectors.writer import StoreSpanWriter
+from storage import Store
 from tests.collectors.otlp_samples import make_request
 
 

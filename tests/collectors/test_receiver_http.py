@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from collectors.pipeline import IngestPipeline
 from collectors.receiver import create_http_app
 from collectors.spans import read_spans
-from collectors.store import Store
+from storage import Store
 from tests.collectors.otlp_samples import EXAMPLE_TRACE_JSON, make_request
 
 PB = {"Content-Type": "application/x-protobuf"}

@@ -5,15 +5,9 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 
-from collectors.schema import (
-    TRACES_ARROW_SCHEMA,
-    TRACES_MIGRATIONS,
-    DDLContext,
-    apply_schema,
-    render_ddl,
-)
+from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_MIGRATIONS
 from collectors.spans import SpanEvent, SpanLink, SpanRow, insert_spans, read_spans
-from collectors.store import Store
+from storage import DDLContext, Store, apply_schema, render_ddl
 
 EXPECTED_COLUMNS = [
     ("Timestamp", "DateTime64(9)"),
@@ -65,9 +59,9 @@ def test_otel_traces_has_the_collector_columns_types_and_layout(store: Store) ->
 
 
 def test_applying_twice_is_a_no_op(raw_store: Store) -> None:
-    first = apply_schema(raw_store)
+    first = apply_schema(raw_store, TRACES_MIGRATIONS)
     assert len(first.applied) == len(TRACES_MIGRATIONS)
-    second = apply_schema(raw_store)
+    second = apply_schema(raw_store, TRACES_MIGRATIONS)
     assert second.applied == []
     assert len(second.already) == len(TRACES_MIGRATIONS)
     recorded = raw_store.query_rows(
@@ -77,11 +71,11 @@ def test_applying_twice_is_a_no_op(raw_store: Store) -> None:
 
 
 def test_ensure_all_applies_every_stage_once(raw_store: Store) -> None:
-    from tailwatch.schema import all_migrations, ensure_all
+    from storage import ensure_schema, registered_migrations
 
-    report = ensure_all(raw_store)
-    assert len(report.applied) == len(all_migrations())
-    assert ensure_all(raw_store).applied == []
+    report = ensure_schema(raw_store)
+    assert len(report.applied) == len(registered_migrations())
+    assert ensure_schema(raw_store).applied == []
 
 
 def _span(**kw: object) -> SpanRow:

@@ -18,7 +18,7 @@ import collectors.receiver as receiver_module
 import collectors.receivers as receivers_module
 from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
-from collectors.store import Store
+from storage import Store
 from tests.collectors.otlp_samples import make_request
 from tests.collectors.processes import start_collector
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from collectors.errors import StoreError
-from collectors.store import Store, default_store_dsn, open_store, parse_dsn, resolve_dsn
+from storage import Store, StoreError, default_store_dsn, open_store, parse_dsn
+from tailwatch.config import resolve_dsn
 
 
 def test_parameters_are_bound_server_side(store: Store) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from collectors.spans import insert_spans
-from collectors.store import Store
 from dashboards import VIEWS, export_dashboards, write_dashboards
+from storage import Store
 from tests.dashboards.browser import chromium, open_page
 from tests.dashboards.frames import HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE, sample_alerts, sample_analysis
 from tests.dashboards.traces import END, START, dashboard_spans

@@ -13,7 +13,6 @@ import pytest
 from click.testing import CliRunner, Result
 
 from collectors.spans import insert_spans
-from collectors.store import Store, open_store
 from dashboards import (
     VIEWS,
     DashboardError,
@@ -23,8 +22,8 @@ from dashboards import (
     write_dashboards,
 )
 from dashboards.export import write_pngs
+from storage import Store, ensure_schema, open_store
 from tailwatch.cli import main
-from tailwatch.schema import ensure_all
 from tests.analytics.builders import scenario_internal_regression
 from tests.dashboards.frames import HOSTILE, sample_analysis
 from tests.dashboards.traces import END, START, dashboard_spans
@@ -104,7 +103,7 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 @pytest.mark.slow
 def test_cli_export_html_and_png(store_dsn: str, tmp_path: Path) -> None:
     with open_store(store_dsn) as store:  # closed before the CLI opens the same embedded store
-        ensure_all(store)
+        ensure_schema(store)
         insert_spans(store, dashboard_spans(requests=60))
     out = tmp_path / "out"
     result = _cli(

@@ -33,8 +33,7 @@ from typing import Any
 from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings
-from collectors.store import Store, open_store
-from tailwatch.schema import ensure_all
+from storage import Store, ensure_schema, open_store
 
 __all__ = ["REPO_ROOT", "FlavourRun", "dt", "ingested_run", "load_spans", "run_app", "stored_span_count"]
 
@@ -123,7 +122,7 @@ def ingested_run(
     """A fresh store and receiver, the flavour's app run against it, every dumped span stored."""
     store = open_store("chdb://" + str(tmp / "store"))
     try:
-        ensure_all(store)
+        ensure_schema(store)
         pipeline = IngestPipeline(
             store, PipelineSettings(batch_rows=5_000, flush_interval_s=0.1, spool_dir=tmp / "spool")
         )

@@ -8,7 +8,6 @@ from datetime import timedelta
 import pytest
 
 from collectors.spans import insert_spans
-from collectors.store import Store
 from slo_rules import (
     PagerDutyConfig,
     WebhookConfig,
@@ -19,6 +18,7 @@ from slo_rules import (
     load_rules,
 )
 from slo_rules.rules import rules_from_text
+from storage import Store
 from tests.analytics import builders as b
 from tests.slo_rules.receivers import Receiver
 

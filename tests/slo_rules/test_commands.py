@@ -9,9 +9,8 @@ from pathlib import Path
 from click.testing import CliRunner, Result
 
 from collectors.spans import insert_spans
-from collectors.store import open_store
+from storage import ensure_schema, open_store
 from tailwatch.cli import main
-from tailwatch.schema import ensure_all
 from tests.analytics import builders as b
 from tests.slo_rules.receivers import Receiver
 
@@ -35,7 +34,7 @@ def _tailwatch(*args: str, env: dict[str, str] | None = None) -> Result:
 def test_evaluate_list_deliver(store_dsn: str, tmp_path: Path) -> None:
     sc = b.scenario_llm_regression()
     with open_store(store_dsn) as store:
-        ensure_all(store)
+        ensure_schema(store)
         insert_spans(store, sc.spans)
     rules = tmp_path / "rules.yaml"
     rules.write_text(RULES)

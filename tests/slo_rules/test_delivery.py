@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from collectors.store import Store, open_store
 from slo_rules import (
     DeliveryResult,
     Notification,
@@ -29,7 +28,7 @@ from slo_rules import (
 )
 from slo_rules.notifiers import AlertPayload
 from slo_rules.outbox import enqueue, outbox_rows
-from tailwatch.schema import ensure_all
+from storage import Store, ensure_schema, open_store
 from tests.slo_rules.receivers import Received, Receiver
 
 # Outbox rows expire by TTL a month after creation: synthetic times stay near the real clock.
@@ -275,7 +274,7 @@ def test_missing_secret_is_a_clear_error() -> None:
 _DELIVER_SCRIPT = textwrap.dedent(
     """
     import sys
-    from collectors.store import open_store
+    from storage import open_store
     from slo_rules import WebhookConfig, deliver
     with open_store(sys.argv[1]) as store:
         report = deliver(store, [WebhookConfig(sys.argv[2])], force=True)
@@ -289,7 +288,7 @@ def test_kill_mid_delivery_neither_loses_nor_duplicates(store_dsn: str, tmp_path
     config = WebhookConfig(receiver.url)
     total = 20
     with open_store(store_dsn) as store:
-        ensure_all(store)
+        ensure_schema(store)
         enqueue(store, [(config, _notification(i)) for i in range(total)], now=NOW)
     script = tmp_path / "deliver.py"
     script.write_text(_DELIVER_SCRIPT)

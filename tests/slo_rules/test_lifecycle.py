@@ -11,12 +11,12 @@ from typing import Any
 import polars as pl
 import pytest
 
-from collectors.store import Store, open_store
 from slo_rules import WebhookConfig, burn_rate, fingerprint, list_alerts
 from slo_rules.engine import evaluate_with
 from slo_rules.outbox import outbox_rows
 from slo_rules.rules import rules_from_text
 from slo_rules.state import advance
+from storage import Store, open_store
 
 T = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
 
@@ -165,9 +165,9 @@ def test_pending_for_then_firing_restart_repeat_and_resolve(store_dsn: str) -> N
     hook = WebhookConfig("http://127.0.0.1:9/hook")
     source = SyntheticSource(rate=1, bad=lambda m: 0.0, analysis_frames=_attribution(2200.0))
     with open_store(store_dsn) as store:
-        from tailwatch.schema import ensure_all
+        from storage import ensure_schema
 
-        ensure_all(store)
+        ensure_schema(store)
         first = evaluate_with(store, rules, T, source, notifiers=[hook])
         assert [a.state for a in first.alerts] == ["pending"] and first.enqueued == 0
         assert evaluate_with(store, rules, T + timedelta(minutes=5), source, notifiers=[hook]).fired == []

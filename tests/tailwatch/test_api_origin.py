@@ -11,7 +11,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from collectors.store import Store
+from storage import Store
 from tailwatch.api import API_CONCURRENCY, ServiceApi, api_routes
 from tailwatch.config import TailwatchConfig
 

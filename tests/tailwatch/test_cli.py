@@ -67,12 +67,11 @@ def test_read_commands_do_not_create_a_store_where_none_is(tmp_path: Path) -> No
 
 def test_an_empty_window_says_what_the_store_holds(tmp_path: Path) -> None:
     from collectors.spans import SpanRow, insert_spans, new_span_id, new_trace_id
-    from collectors.store import open_store
-    from tailwatch.schema import ensure_all
+    from storage import ensure_schema, open_store
 
     dsn = f"chdb://{tmp_path / 'store'}"
     with open_store(dsn) as store:
-        ensure_all(store)
+        ensure_schema(store)
         spans = [
             SpanRow(
                 trace_id=new_trace_id(),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from collectors.store import Store
+from storage import Store
 from tailwatch.config import Schedule, load_config
 from tailwatch.service import Job, JobContext, JobRunner, SchedulerLease, recent_job_runs
 

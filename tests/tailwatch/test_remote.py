@@ -26,7 +26,7 @@ def holder(tmp_path: Path) -> Iterator[str]:
     """Another process holding the embedded store, with no service API."""
     dsn = f"chdb://{tmp_path / 'store'}"
     code = (
-        "import sys, time\nfrom collectors.store import open_store\n"
+        "import sys, time\nfrom storage import open_store\n"
         f"s = open_store({dsn!r})\nprint('ready', flush=True)\nsys.stdin.read()\n"
     )
     proc = subprocess.Popen(

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from collectors.spans import SpanRow
-from collectors.store import open_store
+from storage import open_store
 from tailwatch.remote import SERVICE_FILE
 from tests.tailwatch.otlp_send import export_rows, webhook_sink
 from tests.tailwatch.test_service import S, _serving, _simple_spans, _stop, _wait

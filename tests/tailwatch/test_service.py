@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from collectors.spans import SpanRow, new_span_id, new_trace_id
-from collectors.store import open_store
+from storage import open_store
 from tailwatch.config import Schedule, TailwatchConfig, load_config
 from tailwatch.remote import SERVICE_FILE, find_service
 from tailwatch.service import Job, JobContext, Service

@@ -4,9 +4,9 @@ The steps, all in one process on loopback:
 
 1. a fresh embedded store (``OUT/store``, wiped) or the ``--store`` given;
 2. the OTLP/HTTP receiver and ingest pipeline of :mod:`collectors` on ``127.0.0.1`` (ephemeral port);
-3. the :class:`~tailwatch.generator.Workload` exported through the SDK's ``OTLPSpanExporter``;
+3. the :class:`~demo.generator.Workload` exported through the SDK's ``OTLPSpanExporter``;
 4. the analysis of the last simulated day against the day before (``analytics.analyze``), persisted;
-5. the demo rules (``tailwatch/demo_rules.yaml``) evaluated at the simulated end, alerts delivered
+5. the demo rules (``demo/rules.yaml``) evaluated at the simulated end, alerts delivered
    to a webhook receiver the demo runs on ``127.0.0.1`` that appends each body to
    ``OUT/alerts.jsonl``;
 6. the dashboards exported to ``OUT/dashboards/``;
@@ -31,9 +31,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
-from collectors.errors import TailwatchError
-from collectors.store import Store, open_store, parse_dsn, resolve_dsn
-from tailwatch.generator import (
+from demo.generator import (
     SCENARIO_INFO,
     SCENARIOS,
     ExportStats,
@@ -41,6 +39,7 @@ from tailwatch.generator import (
     Workload,
     export_otlp_http,
 )
+from storage import Store, TailwatchError, open_store, parse_dsn
 
 __all__ = [
     "DEMO_RULES_PATH",
@@ -54,7 +53,7 @@ __all__ = [
     "run_demo",
 ]
 
-DEMO_RULES_PATH = Path(__file__).with_name("demo_rules.yaml")
+DEMO_RULES_PATH = Path(__file__).with_name("rules.yaml")
 # Spans per OTLP export request (the SDK batch processor sends 512; bigger means fewer fsyncs).
 EXPORT_BATCH = 2048
 # Export threads in the generator process: requests in flight while the next spans are built.
@@ -371,7 +370,7 @@ def _timed(timings: dict[str, float], step: str) -> Iterator[None]:
 
 def _fresh_store_dsn(out_dir: Path, store_dsn: str | None) -> str:
     if store_dsn:
-        return resolve_dsn(store_dsn)
+        return store_dsn
     path = (out_dir / "store").resolve()
     # The demo owns OUT/store: wipe it so every run starts from an empty store.
     shutil.rmtree(path, ignore_errors=True)
@@ -421,9 +420,9 @@ def run_demo(
         open_store(dsn) as store,
     ):
         with _timed(timings, "schema"):
-            from tailwatch.schema import ensure_all
+            from storage import ensure_schema
 
-            ensure_all(store)
+            ensure_schema(store)
         with _timed(timings, "generate+ingest"):
             stats = _ingest(store, workload, out_dir / "spool", progress)
         echo(

@@ -27,35 +27,24 @@ from urllib.parse import unquote, urlsplit
 import polars as pl
 import pyarrow as pa
 
-from collectors.errors import StoreError, StoreInUseError
+from storage.errors import StoreError, StoreInUseError
 
-STORE_ENV = "TAILWATCH_STORE"
 DEFAULT_STORE_DIR = ".tailwatch/store"
 
 __all__ = [
     "DEFAULT_STORE_DIR",
-    "STORE_ENV",
     "Store",
     "StoreLocation",
     "default_store_dsn",
     "open_store",
     "parse_dsn",
     "quote_identifier",
-    "resolve_dsn",
 ]
 
 
 def default_store_dsn() -> str:
     """The embedded store under the working directory, made absolute."""
     return "chdb://" + str(Path(DEFAULT_STORE_DIR).resolve())
-
-
-def resolve_dsn(dsn: str | None = None) -> str:
-    """Argument, then ``TAILWATCH_STORE``, then the embedded default."""
-    if dsn:
-        return dsn
-    env = os.environ.get(STORE_ENV, "").strip()
-    return env or default_store_dsn()
 
 
 @dataclass(frozen=True)
@@ -158,6 +147,9 @@ class Store:
         # embedded engine is one per process anyway: one lock keeps receivers, jobs and API calls
         # from interleaving on the same client.
         self._lock = threading.RLock()
+        # What storage.ensure_schema applied through this store: later calls are a set lookup.
+        self.schema_lock = threading.Lock()
+        self.schema_applied: set[tuple[str, int]] = set()
         self._closed = False
 
     @property
@@ -292,20 +284,20 @@ class Store:
 
 
 def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0, create: bool = True) -> Store:
-    """Open the store the DSN names (argument → ``TAILWATCH_STORE`` → ``.tailwatch/store``).
+    """Open the store the DSN names (``None``: the embedded default, ``.tailwatch/store``).
 
     ``create=False`` (the read commands) refuses an embedded store that does not exist instead of
     creating an empty one wherever a mistyped path or an unset variable points."""
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError
 
-    location = parse_dsn(resolve_dsn(dsn))
+    location = parse_dsn(dsn or default_store_dsn())
     if location.embedded:
         path = Path(location.path)
         if not create and not path.is_dir():
             raise StoreError(
                 f"no store at {location.dsn}: nothing was ingested there; point --store (or "
-                f"{STORE_ENV}) at the store your collectors write, or fill this one with "
+                f"TAILWATCH_STORE) at the store your collectors write, or fill this one with "
                 "`tailwatch ingest FILE...` or `tailwatch collect`"
             )
         try:

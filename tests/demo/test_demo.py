@@ -19,9 +19,9 @@ from collectors.pipeline import IngestPipeline
 from collectors.receivers import Receivers
 from collectors.settings import PipelineSettings
 from collectors.spans import read_spans
-from collectors.store import Store
-from tailwatch.demo import DemoResult, WebhookSink, format_summary, match_alerts, read_alert_lines
-from tailwatch.generator import SCENARIO_INFO, SCENARIOS, Workload, export_otlp_http
+from demo.generator import SCENARIO_INFO, SCENARIOS, Workload, export_otlp_http
+from demo.scenarios import DemoResult, WebhookSink, format_summary, match_alerts, read_alert_lines
+from storage import Store
 
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

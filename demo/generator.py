@@ -62,7 +62,7 @@ other services' traffic unchanged and removes exactly that anomaly.
 
 Usage::
 
-    from tailwatch.generator import Workload
+    from demo.generator import Workload
     workload = Workload(seed=7, scale=1.0)
     for batch in workload.batches():          # lists of SDK ReadableSpan, time ordered by slice
         exporter.export(batch)
@@ -95,8 +95,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
-from collectors.errors import TailwatchError
-from tailwatch import __version__
+from storage import TailwatchError
 
 __all__ = [
     "SCENARIOS",
@@ -296,7 +295,7 @@ _EMPTY = Context()
 # The instrumentation scopes the spans are made under (name, version): the libraries whose shapes the
 # generator reproduces, at the versions they were read from (REFERENCE.md section 7).
 _SCOPES: Mapping[str, tuple[str, str]] = {
-    "app": ("tailwatch.generator", __version__),
+    "app": ("demo.generator", "0.1.0"),
     "genai": ("opentelemetry.util.genai.handler", "1.1b0"),
     "openai_v2": ("opentelemetry.instrumentation.openai_v2", "2.1b0"),
     "httpx": ("opentelemetry.instrumentation.httpx", "0.66b2"),

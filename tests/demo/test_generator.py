@@ -20,8 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
-from tailwatch.cli import main
-from tailwatch.generator import (
+from demo.generator import (
     SCENARIO_INFO,
     SCENARIOS,
     GeneratorError,
@@ -31,6 +30,7 @@ from tailwatch.generator import (
     parse_scenarios,
     write_otlp_file,
 )
+from tailwatch.cli import main
 
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SCALE = 0.25
