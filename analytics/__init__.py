@@ -15,6 +15,7 @@ from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
 from analytics.hot_path import latency_good_total
 from analytics.persist import latest_analysis, load_analysis, persist_analysis, runs
+from analytics.report import render_table
 from analytics.rollups import build_rollups
 
 __all__ = [
@@ -31,5 +32,6 @@ __all__ = [
     "latest_analysis",
     "load_analysis",
     "persist_analysis",
+    "render_table",
     "runs",
 ]

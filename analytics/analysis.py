@@ -301,7 +301,10 @@ class Analysis:
         loaded: dict[str, pl.DataFrame] = {}
         for name, schema in FRAME_SCHEMAS.items():
             data = frames.get(name)
-            loaded[name] = pl.read_ipc(io.BytesIO(data)) if data else pl.DataFrame(schema=schema)
+            frame = pl.read_ipc(io.BytesIO(data)) if data else pl.DataFrame(schema=schema)
+            # A run persisted before a column existed reads back with that column empty.
+            missing = [pl.lit(None, dtype).alias(c) for c, dtype in schema.items() if c not in frame.columns]
+            loaded[name] = frame.with_columns(missing).select(list(schema)) if missing else frame
         return cls(
             start=window["start"],
             end=window["end"],

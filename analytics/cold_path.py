@@ -34,7 +34,7 @@ from analytics.conventions import (
     Conventions,
 )
 from analytics.stats import percentile_exprs
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store
 
 __all__ = [

@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
-from collectors.schema import span_kind_sql, status_code_sql
+from collectors import span_kind_sql, status_code_sql
 from storage import TailwatchError
 
 __all__ = ["Conventions", "ConventionsError", "SpanClass", "Verdict"]

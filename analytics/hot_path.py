@@ -20,7 +20,7 @@ from analytics.llm_calls import logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.stats import percentile_exprs
 from analytics.trace_spans import fetch_structure
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store
 
 __all__ = [

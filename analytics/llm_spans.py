@@ -58,7 +58,7 @@ from analytics.conventions import (
     WORKFLOW_NAME,
     Conventions,
 )
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store
 
 __all__ = [

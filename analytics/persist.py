@@ -22,10 +22,109 @@ import pyarrow as pa
 from analytics._common import utc
 from analytics.analysis import FRAME_SCHEMAS, Analysis
 from analytics.conventions import Conventions
-from analytics.schema import FRAMES_TABLE, HISTORY_FRAMES, MIGRATIONS, RUNS_TABLE, history_table
-from storage import Store, ensure_schema
+from analytics.schema import migration
+from storage import DDLContext, Migration, Store, ensure_schema, register_migrations
 
-__all__ = ["latest_analysis", "load_analysis", "persist_analysis", "runs"]
+__all__ = ["MIGRATIONS", "latest_analysis", "load_analysis", "persist_analysis", "runs"]
+
+RUNS_TABLE = "tailwatch_analysis_runs"
+FRAMES_TABLE = "tailwatch_analysis_frames"
+
+# Frames kept as typed tables too, so rules and dashboards can query history in SQL
+# (e.g. p99 of an operation across the last 50 runs).
+HISTORY_FRAMES = (
+    "hot_path",
+    "releases",
+    "release_coupling",
+    "cold_path",
+    "abandonment_summary",
+    "retry_amplification",
+    "attribution",
+    "llm_signals",
+)
+
+
+def history_table(frame: str) -> str:
+    return f"tailwatch_analysis_{frame}"
+
+
+def clickhouse_type(dtype: Any) -> str:
+    """The ClickHouse column type a Polars column of the analysis frames is stored as."""
+    if dtype == pl.String:
+        return "String"
+    if dtype == pl.Boolean:
+        return "Nullable(Bool)"
+    if dtype == pl.Int64:
+        return "Nullable(Int64)"
+    if dtype == pl.Float64:
+        return "Nullable(Float64)"
+    if isinstance(dtype, pl.Datetime):
+        return "Nullable(DateTime64(6, 'UTC'))"
+    if isinstance(dtype, pl.List) and dtype.inner == pl.String:
+        return "Array(String)"
+    raise TypeError(f"no ClickHouse type for {dtype}")
+
+
+def _runs(ctx: DDLContext) -> list[str]:
+    body = """    run_id String,
+    created_at DateTime64(3, 'UTC'),
+    start DateTime64(9, 'UTC'),
+    end DateTime64(9, 'UTC'),
+    baseline_start DateTime64(9, 'UTC'),
+    baseline_end DateTime64(9, 'UTC'),
+    bucket_ms UInt32,
+    conventions String,
+    result String"""
+    return ctx.create_table(RUNS_TABLE, body, tail="ORDER BY (start, end, created_at)")
+
+
+def _frames(ctx: DDLContext) -> list[str]:
+    body = """    run_id String,
+    frame LowCardinality(String),
+    ipc String CODEC(ZSTD(3))"""
+    return ctx.create_table(FRAMES_TABLE, body, tail="ORDER BY (run_id, frame)")
+
+
+def _history(ctx: DDLContext) -> list[str]:
+    statements: list[str] = []
+    for frame in HISTORY_FRAMES:
+        columns = [
+            "    run_id String",
+            "    created_at DateTime64(3, 'UTC')",
+            "    window_start DateTime64(9, 'UTC')",
+            "    window_end DateTime64(9, 'UTC')",
+        ]
+        columns += [f"    `{name}` {clickhouse_type(dtype)}" for name, dtype in FRAME_SCHEMAS[frame].items()]
+        order = "(window_end, run_id)"
+        statements += ctx.create_table(history_table(frame), ",\n".join(columns), tail=f"ORDER BY {order}")
+    return statements
+
+
+def _cold_path_runs(ctx: DDLContext) -> list[str]:
+    # Tables made before the cold path counted runs: a fresh store has the columns from v3 already.
+    return [
+        f"ALTER TABLE {ctx.name(history_table('cold_path'))}{ctx.on_cluster} "
+        "ADD COLUMN IF NOT EXISTS `runs` Int64, ADD COLUMN IF NOT EXISTS `retried_jobs` Int64"
+    ]
+
+
+def _retry_exemplar(ctx: DDLContext) -> list[str]:
+    # Tables made before retry amplification named its most retried run.
+    return [
+        f"ALTER TABLE {ctx.name(history_table('retry_amplification'))}{ctx.on_cluster} "
+        "ADD COLUMN IF NOT EXISTS `exemplar_trace_id` String"
+    ]
+
+
+# Versions 1-3, 7 and 8 of the analytics component (analytics.schema holds the others).
+MIGRATIONS: tuple[Migration, ...] = (
+    migration(1, RUNS_TABLE, _runs),
+    migration(2, FRAMES_TABLE, _frames),
+    migration(3, "tailwatch_analysis_<frame> history", _history),
+    migration(7, "tailwatch_analysis_cold_path runs", _cold_path_runs),
+    migration(8, "tailwatch_analysis_retry_amplification exemplar", _retry_exemplar),
+)
+register_migrations(MIGRATIONS)
 
 
 def persist_analysis(store: Store, analysis: Analysis, conventions: Conventions | None = None) -> str:

@@ -35,7 +35,7 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store, StoreError
 
 __all__ = [

@@ -19,6 +19,10 @@ Per workflow: ``attempt_amplification`` = attempts / logical calls (observed),
 ``modeled_amplification`` = ∏(1 + retry_rate of each hop) — the compounding model that holds when a
 retry replays the work behind it (nested calls, re-sent context). Observed below modeled means the
 hops' retries do not compound in this workflow; observed near modeled means they do.
+
+``exemplar_trace_id`` is the run to open first: the trace of the workflow's most retried run
+(attempts beyond its logical calls; ties → the run that started last), '' when no run was retried.
+The id comes from the trace's root span, the one span whose id the trace-spans pass reads.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {
     "extra_attempts": pl.Int64,  # an LLM span's SDK-internal attempts beyond the first
     "wf_span_key": pl.UInt64,  # span_key of the trace's workflow span
     "workflow": pl.String,
+    "trace_id": pl.String,  # the trace's id on its root span, '' on the others
 }
 
 RETRY_HOPS_SCHEMA: dict[str, Any] = {
@@ -75,6 +80,7 @@ RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
     "attempt_amplification": pl.Float64,
     "token_amplification": pl.Float64,
     "modeled_amplification": pl.Float64,
+    "exemplar_trace_id": pl.String,  # the most retried run ('' when none was retried)
 }
 
 _MAX_DEPTH = 64
@@ -167,8 +173,35 @@ def _attempt_totals(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame
     )
 
 
+def _exemplars(calls: pl.DataFrame, trace_ids: pl.DataFrame) -> dict[str, str]:
+    """Per workflow, the id of its most retried run: most attempts beyond its calls, then the latest
+    start, then the smallest id. Runs without a known id (no root span read) cannot be opened and are
+    skipped; a workflow none of whose runs was retried has no exemplar."""
+    retried = (
+        calls.group_by("workflow", "trace")
+        .agg(
+            (pl.col("attempts").sum() - pl.len()).alias("retries"),
+            pl.col("start_ns").min(),
+        )
+        .filter(pl.col("retries") > 0)
+        .join(trace_ids, on="trace", how="inner")
+        .sort(["retries", "start_ns", "trace_id"], descending=[True, True, False])
+    )
+    best = retried.group_by("workflow", maintain_order=True).agg(pl.col("trace_id").first())
+    return {str(w): str(t) for w, t in best.iter_rows()}
+
+
 def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(retry_hops, retry_amplification) from the spans of workflow traces. Pure."""
+    """(retry_hops, retry_amplification) from the spans of workflow traces. Pure. Without a
+    ``trace_id`` column every ``exemplar_trace_id`` is ''."""
+    # Only root spans carry the id: one row per trace that has one.
+    trace_ids = (
+        spans.filter(pl.col("trace_id") != "")
+        .group_by(pl.col("trace_key").alias("trace"))
+        .agg(pl.col("trace_id").first())
+        if "trace_id" in spans.columns
+        else pl.DataFrame(schema={"trace": pl.UInt64, "trace_id": pl.String})
+    )
     # Joins and groups on the store's 64-bit keys and categorical names: a fraction of the cost of
     # hashing strings in every step.
     spans = spans.select(
@@ -211,6 +244,7 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         # The final attempt is the latest one to start.
         pl.col("attempt_tokens").sort_by("start_ns").last().alias("final_tokens"),
         pl.col("offset_ns").min().alias("offset_ns"),
+        pl.col("start_ns").min(),
     )
     hops = (
         calls.group_by("workflow", "hop")
@@ -228,6 +262,7 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .sort("workflow", "hop_index")
     )
     runs = dict(calls.group_by("workflow").agg(pl.col("trace").n_unique()).iter_rows())
+    exemplars = _exemplars(calls, trace_ids)
     rows: list[dict[str, Any]] = []
     for (workflow,), group in hops.group_by("workflow", maintain_order=True):
         final_tokens = int(group["final_tokens"].sum())
@@ -240,6 +275,7 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 "attempt_amplification": attempts_total / calls_total,
                 "token_amplification": tokens_total / final_tokens if final_tokens else None,
                 "modeled_amplification": math.prod(1.0 + r for r in group["retry_rate"].to_list()),
+                "exemplar_trace_id": exemplars.get(str(workflow), ""),
             }
         )
     amplification = pl.DataFrame(rows, schema=RETRY_AMPLIFICATION_SCHEMA).sort("workflow")

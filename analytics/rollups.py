@@ -34,7 +34,7 @@ from analytics.conventions import ABANDONED, IS_HOT_ROOT, Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA
 from analytics.releases import record_release_times
 from analytics.schema import MIGRATIONS, ROLLUP_RUNS_TABLE, ROLLUPS_TABLE
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store, ensure_schema
 
 __all__ = [

@@ -32,7 +32,7 @@ from analytics.conventions import (
     STATUS,
     Conventions,
 )
-from collectors.schema import TRACES_TABLE
+from collectors import TRACES_TABLE
 from storage import Store
 
 __all__ = [

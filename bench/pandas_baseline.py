@@ -101,11 +101,26 @@ def _critical(spans: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]:
-    bs = start - (end - start)
-    spans = load(store, bs, end + timedelta(minutes=5))
-    s_ns, e_ns, bs_ns = (int(x.timestamp() * 1e9) for x in (start, end, bs))
-    out: dict[str, pd.DataFrame] = {}
+    """Every metric of the current window ``[start, end)`` against the window of equal length before."""
+    baseline_start = start - (end - start)
+    spans = load(store, baseline_start, end + timedelta(minutes=5))
+    s_ns, e_ns, bs_ns = (int(x.timestamp() * 1e9) for x in (start, end, baseline_start))
+    roots = hot_roots(spans, s_ns, e_ns, bs_ns)
+    current = roots[roots["window"] == "current"]
+    window = (spans["ts"] >= s_ns) & (spans["ts"] < e_ns)
+    return {
+        "hot_path": hot_path(current),
+        "releases": releases(spans, roots),
+        "cold_path": cold_path(spans, window),
+        "abandonment": abandonment(current),
+        "retry_hops": retry_hops(spans, window),
+        "attribution": attribution(spans, roots),
+        "llm_signals": llm_signals(spans, window, roots),
+    }
 
+
+def hot_roots(spans: pd.DataFrame, s_ns: int, e_ns: int, bs_ns: int) -> pd.DataFrame:
+    """Hot-path requests of both windows, with their window, abandonment and sync LLM calls."""
     roots = spans[
         (spans["ParentSpanId"] == "") & ((spans["kind"] == "Server") | (spans["path"] == "hot"))
     ].copy()
@@ -115,9 +130,12 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
     roots["abandoned"] = roots["http_status"].isin(["499"]) | (roots["abandoned_attr"].str.lower() == "true")
     sync = spans[spans["is_llm"] & (spans["path"] != "cold") & (spans["kind"] != "Consumer")]
     calls = sync.groupby("TraceId").size().rename("sync_llm_calls")
-    roots = roots.merge(calls, left_on="TraceId", right_index=True, how="left").fillna({"sync_llm_calls": 0})
-    current = roots[roots["window"] == "current"]
-    out["hot_path"] = current.groupby(["ServiceName", "SpanName"]).agg(
+    return roots.merge(calls, left_on="TraceId", right_index=True, how="left").fillna({"sync_llm_calls": 0})
+
+
+def hot_path(current: pd.DataFrame) -> pd.DataFrame:
+    """Requests, percentiles and sync LLM calls per request of each current-window operation."""
+    return current.groupby(["ServiceName", "SpanName"]).agg(
         requests=("duration_ms", "size"),
         p50_ms=("duration_ms", lambda x: x.quantile(0.5)),
         p95_ms=("duration_ms", lambda x: x.quantile(0.95)),
@@ -126,7 +144,9 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
         sync_llm_calls_per_request=("sync_llm_calls", "mean"),
     )
 
-    # Releases: p99 per version in release order, naive bootstrap of the p99 delta.
+
+def releases(spans: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
+    """p99 per version in release order, naive bootstrap of the p99 delta."""
     rng = np.random.default_rng(1)
     release_rows = []
     first_seen = spans[spans["version"] != ""].groupby(["ServiceName", "version"])["ts"].min()
@@ -153,12 +173,11 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
                     *np.quantile(deltas, [0.025, 0.975]),
                 )
             )
-    out["releases"] = pd.DataFrame(
-        release_rows, columns=["service", "operation", "version", "delta", "lo", "hi"]
-    )
+    return pd.DataFrame(release_rows, columns=["service", "operation", "version", "delta", "lo", "hi"])
 
-    # Cold path: producers joined to consumers through links or parents.
-    window = (spans["ts"] >= s_ns) & (spans["ts"] < e_ns)
+
+def cold_path(spans: pd.DataFrame, window: pd.Series) -> pd.DataFrame:
+    """Enqueue-to-ready per queue: producers joined to consumers through links or parents."""
     producers = spans[window & (spans["kind"] == "Producer")][
         ["TraceId", "SpanId", "queue", "SpanName", "ts"]
     ]
@@ -180,7 +199,7 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
     jobs = producers.merge(done, left_on=["TraceId", "SpanId"], right_index=True, how="left")
     jobs["queue"] = jobs["queue"].where(jobs["queue"] != "", jobs["SpanName"])
     jobs["ready_s"] = (jobs["ended"] - jobs["ts"]) / 1e9
-    out["cold_path"] = jobs.groupby("queue").agg(
+    return jobs.groupby("queue").agg(
         jobs=("ts", "size"),
         completed=("ready_s", "count"),
         p50_s=("ready_s", lambda x: x.quantile(0.5)),
@@ -188,13 +207,17 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
         p999_s=("ready_s", lambda x: x.quantile(0.999)),
     )
 
-    # Abandonment by 500 ms bucket.
+
+def abandonment(current: pd.DataFrame) -> pd.DataFrame:
+    """Requests and abandoned requests per operation and 500 ms bucket."""
     current = current.assign(bucket=(current["duration_ms"] // 500) * 500)
-    out["abandonment"] = current.groupby(["ServiceName", "SpanName", "bucket"]).agg(
+    return current.groupby(["ServiceName", "SpanName", "bucket"]).agg(
         requests=("abandoned", "size"), abandoned=("abandoned", "sum")
     )
 
-    # Retries: attempts of each hop under the workflow span, tokens including descendants.
+
+def retry_hops(spans: pd.DataFrame, window: pd.Series) -> pd.DataFrame:
+    """Attempts of each hop under the workflow span, tokens including descendants."""
     wf_spans = spans[window & spans["op"].isin(WORKFLOW_OPS)].sort_values("ts").drop_duplicates("TraceId")
     wf_traces = spans[spans["TraceId"].isin(wf_spans["TraceId"])]
     hop_rows = []
@@ -223,12 +246,14 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
     for (trace_id, hop), g in attempts.groupby(["TraceId", "SpanName"]):
         hop_rows.append((wf_of[trace_id][1], hop, len(g), sum(tokens[(trace_id, i)] for i in g["SpanId"])))
     hops = pd.DataFrame(hop_rows, columns=["workflow", "hop", "attempts", "tokens"])
-    out["retry_hops"] = hops.groupby(["workflow", "hop"]).agg(
+    return hops.groupby(["workflow", "hop"]).agg(
         calls=("attempts", "size"), attempts=("attempts", "sum"), tokens=("tokens", "sum")
     )
 
-    # Attribution: critical path of the tail traces of both windows, LLM vs internal.
-    attribution = []
+
+def attribution(spans: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
+    """Critical path of the tail traces of both windows, LLM vs internal."""
+    rows = []
     tails = {
         key: w[w["duration_ms"] >= w["duration_ms"].quantile(0.99)].nlargest(1000, "duration_ms")
         for key, w in roots.groupby(["ServiceName", "SpanName", "window"])
@@ -254,7 +279,7 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
                         internal += ns
             means[window_name] = (llm / max(1, len(tail)) / 1e6, internal / max(1, len(tail)) / 1e6)
         if "current" in means and "baseline" in means:
-            attribution.append(
+            rows.append(
                 (
                     service,
                     op,
@@ -262,11 +287,11 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
                     means["current"][1] - means["baseline"][1],
                 )
             )
-    out["attribution"] = pd.DataFrame(
-        attribution, columns=["service", "operation", "llm_delta", "internal_delta"]
-    )
+    return pd.DataFrame(rows, columns=["service", "operation", "llm_delta", "internal_delta"])
 
-    # LLM signals per provider/model.
+
+def llm_signals(spans: pd.DataFrame, window: pd.Series, roots: pd.DataFrame) -> pd.DataFrame:
+    """Error, 429, retry and cold-path shares of the current window's LLM spans per provider/model."""
     llm_spans = spans[spans["is_llm"] & window].copy()
     hot_traces = set(roots["TraceId"])
     llm_spans["cold"] = (llm_spans["path"] == "cold") | ~llm_spans["TraceId"].isin(hot_traces)
@@ -275,5 +300,4 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
     llm_spans["retry"] = (llm_spans["resend"] > 0) | llm_spans.sort_values("ts").duplicated(
         ["TraceId", "ParentSpanId", "SpanName"]
     )
-    out["llm_signals"] = llm_spans.groupby(["provider", "model"])[["err", "thr", "retry", "cold"]].mean()
-    return out
+    return llm_spans.groupby(["provider", "model"])[["err", "thr", "retry", "cold"]].mean()

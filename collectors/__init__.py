@@ -1,16 +1,32 @@
-"""collectors: the store, the OpenTelemetry Collector trace schema, and span ingest.
+"""collectors: span ingest — OTLP receivers, the pipeline and spool, files, and the trace schema.
 
 Public surface::
 
-    from collectors import open_store, ensure_schema, SpanRow, insert_spans, read_spans
-    from collectors import IngestPipeline, PipelineSettings, Receivers      # OTLP receivers
-    from collectors import ClickHouseSpanExporter, ingest_files             # SDK exporter, files
+    from collectors import IngestRuntime, PipelineSettings              # receivers + pipeline
+    with IngestRuntime(store, PipelineSettings(), http="127.0.0.1:4318", grpc=None) as runtime: ...
+    from collectors import ClickHouseSpanExporter, ingest_files         # the SDK exporter, OTLP files
+    from collectors import SpanRow, insert_spans, read_spans, TRACES_TABLE
+
+The store itself (``open_store``, ``Store``, errors, migrations) is the ground floor, :mod:`storage`.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE, span_kind_sql, status_code_sql
+from collectors.schema import (
+    TRACES_ARROW_SCHEMA,
+    TRACES_MIGRATIONS,
+    TRACES_TABLE,
+    span_kind_sql,
+    status_code_sql,
+)
+from collectors.settings import (
+    DEFAULT_GRPC_ADDRESS,
+    DEFAULT_HTTP_ADDRESS,
+    PipelineSettings,
+    SettingsError,
+    parse_address,
+)
 from collectors.spans import (
     SpanEvent,
     SpanLink,
@@ -21,49 +37,27 @@ from collectors.spans import (
     read_spans,
     spans_to_arrow,
 )
-from storage import (
-    DDLContext,
-    Migration,
-    SchemaError,
-    Store,
-    StoreError,
-    StoreInUseError,
-    TailwatchError,
-    apply_schema,
-    default_store_dsn,
-    ensure_schema,
-    open_store,
-    parse_dsn,
-    render_ddl,
-)
 
 # The ingest runtime (receivers, grpc, the SDK exporter) imports heavy libraries; load it on first
 # use so `import collectors` stays cheap for the commands that only read the store.
 _LAZY = {
     "ClickHouseSpanExporter": "collectors.exporter",
-    "GrpcReceiver": "collectors.grpc_receiver",
-    "IngestReport": "collectors.ingest_files",
-    "ingest_files": "collectors.ingest_files",
-    "DecodedSpans": "collectors.otlp_decode",
+    "IngestReport": "collectors.files",
+    "ingest_files": "collectors.files",
     "OtlpDecodeError": "collectors.otlp_decode",
-    "request_to_arrow": "collectors.otlp_decode",
     "IngestPipeline": "collectors.pipeline",
     "SubmitResult": "collectors.pipeline",
-    "create_http_app": "collectors.receiver",
     "Receivers": "collectors.receivers",
-    "PipelineSettings": "collectors.settings",
-    "SettingsError": "collectors.settings",
+    "IngestRuntime": "collectors.runtime",
 }
 
 if TYPE_CHECKING:
     from collectors.exporter import ClickHouseSpanExporter
-    from collectors.grpc_receiver import GrpcReceiver
-    from collectors.ingest_files import IngestReport, ingest_files
-    from collectors.otlp_decode import DecodedSpans, OtlpDecodeError, request_to_arrow
+    from collectors.files import IngestReport, ingest_files
+    from collectors.otlp_decode import OtlpDecodeError
     from collectors.pipeline import IngestPipeline, SubmitResult
-    from collectors.receiver import create_http_app
     from collectors.receivers import Receivers
-    from collectors.settings import PipelineSettings, SettingsError
+    from collectors.runtime import IngestRuntime
 
 
 def __getattr__(name: str) -> Any:
@@ -74,41 +68,29 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DEFAULT_GRPC_ADDRESS",
+    "DEFAULT_HTTP_ADDRESS",
     "TRACES_ARROW_SCHEMA",
+    "TRACES_MIGRATIONS",
     "TRACES_TABLE",
     "ClickHouseSpanExporter",
-    "DDLContext",
-    "DecodedSpans",
-    "GrpcReceiver",
     "IngestPipeline",
     "IngestReport",
-    "Migration",
+    "IngestRuntime",
     "OtlpDecodeError",
     "PipelineSettings",
     "Receivers",
-    "SchemaError",
     "SettingsError",
     "SpanEvent",
     "SpanLink",
     "SpanRow",
-    "Store",
-    "StoreError",
-    "StoreInUseError",
     "SubmitResult",
-    "TailwatchError",
-    "apply_schema",
-    "create_http_app",
-    "default_store_dsn",
-    "ensure_schema",
     "ingest_files",
     "insert_spans",
     "new_span_id",
     "new_trace_id",
-    "open_store",
-    "parse_dsn",
+    "parse_address",
     "read_spans",
-    "render_ddl",
-    "request_to_arrow",
     "span_kind_sql",
     "spans_to_arrow",
     "status_code_sql",

@@ -98,7 +98,7 @@ class IngestPipeline:
         if store is None and writer is None:
             raise ValueError("IngestPipeline needs a store or a writer")
         self.store = store
-        self.settings = settings or PipelineSettings.from_env()
+        self.settings = settings or PipelineSettings()
         self.registry = registry if registry is not None else CollectorRegistry()
         self.metrics = IngestMetrics(self.registry)
         self._writer: SpanWriter = writer if writer is not None else StoreSpanWriter(_require(store))

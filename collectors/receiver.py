@@ -397,7 +397,7 @@ def create_http_app(
 
     Usage::
 
-        app = create_http_app(pipeline, token=os.environ.get("TAILWATCH_INGEST_TOKEN"))
+        app = create_http_app(pipeline, token="s3cret")   # clients send Authorization: Bearer s3cret
         uvicorn.run(app, host="127.0.0.1", port=4318)
     """
     exposed = registry if registry is not None else pipeline.registry

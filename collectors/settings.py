@@ -1,46 +1,25 @@
-"""Ingest settings: argument → ``TAILWATCH_*`` environment variable → documented default.
+"""Ingest settings: how the pipeline batches, bounds and persists spans.
 
-Every variable the collectors read is a constant here. A value that does not parse raises a
-:class:`SettingsError` naming the variable (settings are configuration: failing loudly at start
-beats ingesting with a surprising default).
+Values arrive as arguments; where they come from (command-line option, ``TAILWATCH_*`` variable,
+TOML file, default) is resolved once, in ``tailwatch/config.py``. A value out of range raises a
+:class:`SettingsError` naming it (settings are configuration: failing loudly at start beats ingesting
+with a surprising default).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from storage import TailwatchError
 
 __all__ = [
-    "BATCH_ROWS_ENV",
     "DEFAULT_GRPC_ADDRESS",
     "DEFAULT_HTTP_ADDRESS",
-    "FLUSH_INTERVAL_ENV",
-    "INGEST_TOKEN_ENV",
-    "MAX_INFLIGHT_BYTES_ENV",
-    "MAX_QUEUE_BYTES_ENV",
-    "MAX_QUEUE_SPANS_ENV",
-    "MAX_REQUEST_BYTES_ENV",
-    "NATIVE_INSERT_ENV",
-    "SPOOL_DIR_ENV",
     "PipelineSettings",
     "SettingsError",
     "parse_address",
 ]
-
-BATCH_ROWS_ENV = "TAILWATCH_BATCH_ROWS"
-FLUSH_INTERVAL_ENV = "TAILWATCH_FLUSH_INTERVAL_S"
-MAX_QUEUE_SPANS_ENV = "TAILWATCH_MAX_QUEUE_SPANS"
-MAX_QUEUE_BYTES_ENV = "TAILWATCH_MAX_QUEUE_BYTES"
-MAX_INFLIGHT_BYTES_ENV = "TAILWATCH_MAX_INFLIGHT_BYTES"
-SPOOL_DIR_ENV = "TAILWATCH_SPOOL_DIR"
-MAX_REQUEST_BYTES_ENV = "TAILWATCH_MAX_REQUEST_BYTES"
-NATIVE_INSERT_ENV = "TAILWATCH_NATIVE_INSERT"
-INGEST_TOKEN_ENV = "TAILWATCH_INGEST_TOKEN"  # noqa: S105 - a variable name, not a secret
 
 DEFAULT_HTTP_ADDRESS = "127.0.0.1:4318"
 DEFAULT_GRPC_ADDRESS = "127.0.0.1:4317"
@@ -94,49 +73,6 @@ class PipelineSettings:
         for name in ("max_queue_bytes", "max_inflight_bytes"):
             if getattr(self, name) < 1024:
                 raise SettingsError(f"{name} must be at least 1024, got {getattr(self, name)}")
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> PipelineSettings:
-        """Arguments that are not None win, then ``TAILWATCH_*`` variables, then the defaults."""
-        values: dict[str, Any] = {}
-        env_names: dict[str, tuple[str, Callable[[str], Any]]] = {
-            "batch_rows": (BATCH_ROWS_ENV, int),
-            "flush_interval_s": (FLUSH_INTERVAL_ENV, float),
-            "max_queue_spans": (MAX_QUEUE_SPANS_ENV, int),
-            "max_queue_bytes": (MAX_QUEUE_BYTES_ENV, int),
-            "spool_dir": (SPOOL_DIR_ENV, Path),
-            "max_request_bytes": (MAX_REQUEST_BYTES_ENV, int),
-            "max_inflight_bytes": (MAX_INFLIGHT_BYTES_ENV, int),
-            "native_insert": (NATIVE_INSERT_ENV, _parse_bool),
-        }
-        known = {f.name for f in fields(cls)}
-        for key in overrides:
-            if key not in known:
-                raise SettingsError(f"unknown pipeline setting {key!r}; known: {', '.join(sorted(known))}")
-        for key, (env, parse) in env_names.items():
-            if overrides.get(key) is not None:
-                values[key] = overrides[key]
-                continue
-            raw = os.environ.get(env, "").strip()
-            if raw:
-                try:
-                    values[key] = parse(raw)
-                except ValueError:
-                    kind = getattr(parse, "__name__", "value")
-                    raise SettingsError(f"{env}={raw!r} is not a valid {kind}") from None
-        return replace(cls(), **values) if values else cls()
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.strip().lower()
-    if lowered in ("1", "true", "yes", "on"):
-        return True
-    if lowered in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(text)
-
-
-_parse_bool.__name__ = "boolean (true/false)"
 
 
 def parse_address(value: str, *, what: str) -> tuple[str, int]:

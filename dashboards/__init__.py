@@ -2,19 +2,24 @@
 
 Usage::
 
-    from dashboards import build_figures, export_dashboards
-    figures = build_figures(analysis, alerts)          # {"hot_path": go.Figure, ...}
+    from dashboards import build_figures, export_dashboards, write_dashboards
+    figures = build_figures(analysis, alerts)          # {"hot_path": go.Figure, ...}, pure
     report = export_dashboards(store, Path("out"))     # out/<view>.html + out/index.html
+    write_dashboards(analysis, Path("out"))            # the same pages for an analysis in hand
+
+The figures read an ``analytics.Analysis`` and the ``slo_rules.alert_history`` frame; each view is
+one module of ``dashboards.views``, and ``dashboards.style`` holds the colours and the escaping.
 """
 
 from __future__ import annotations
 
-from dashboards._analysis import AnalysisFrames
 from dashboards.export import (
     DashboardError,
     ExportFormat,
     ExportReport,
     PngExportError,
+    check_formats,
+    check_window,
     export_dashboards,
     write_dashboards,
 )
@@ -24,13 +29,14 @@ __all__ = [
     "NO_ALERTS_TEXT",
     "VIEWS",
     "VIEW_TITLES",
-    "AnalysisFrames",
     "DashboardError",
     "ExportFormat",
     "ExportReport",
     "PngExportError",
     "View",
     "build_figures",
+    "check_formats",
+    "check_window",
     "export_dashboards",
     "write_dashboards",
 ]

@@ -2,7 +2,7 @@
 
 Every page embeds plotly.js inline, so a page opened from disk, mailed, or attached to an incident
 renders with no network at all (no CDN, no MathJax). PNGs go through kaleido, which drives the
-system's Chromium; it is only needed when PNGs are asked for.
+system's Chromium; kaleido is only loaded, and Chromium only needed, when PNGs are asked for.
 """
 
 from __future__ import annotations
@@ -15,18 +15,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import plotly.graph_objects as go
 import polars as pl
 
+from analytics import Analysis, Conventions, analyze, latest_analysis, load_analysis, persist_analysis
 from dashboards import style
-from dashboards._analysis import AnalysisFrames
-from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
-from storage import TailwatchError
-
-if TYPE_CHECKING:
-    from storage import Store
+from dashboards.figures import NO_ALERTS_TEXT, VIEW_TITLES, VIEWS, View, build_figures
+from slo_rules import alert_history
+from storage import Store, TailwatchError, as_utc
 
 __all__ = [
     "BROWSER_ENV",
@@ -111,7 +109,7 @@ def export_dashboards(
     start: datetime | None = None,
     end: datetime | None = None,
     formats: Sequence[ExportFormat] = ("html",),
-    conventions: Any = None,
+    conventions: Conventions | None = None,
 ) -> ExportReport:
     """Export every view for a window, computing and persisting the analysis when none covers it.
 
@@ -135,46 +133,29 @@ def export_dashboards(
     )
 
 
-def _utc(value: datetime, name: str) -> datetime:
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
 def _resolve_analysis(
-    store: Store, start: datetime | None, end: datetime | None, conventions: Any
-) -> tuple[AnalysisFrames, str | None, bool]:
-    import analytics
-
+    store: Store, start: datetime | None, end: datetime | None, conventions: Conventions | None
+) -> tuple[Analysis, str | None, bool]:
     if start is None and end is None:
-        latest = analytics.latest_analysis(store)
+        latest = latest_analysis(store)
         if latest is not None:
-            return latest, _run_id(latest), False
+            return latest, latest.run_id, False
         end = datetime.now(UTC)
     if end is None:
         end = datetime.now(UTC)
-    end = _utc(end, "end")
-    start = end - DEFAULT_WINDOW if start is None else _utc(start, "start")
+    end = as_utc(end)
+    start = end - DEFAULT_WINDOW if start is None else as_utc(start)
     check_window(start, end)
-    loaded = analytics.load_analysis(store, start, end)
+    loaded = load_analysis(store, start, end)
     if loaded is not None:
-        return loaded, _run_id(loaded), False
-    computed = analytics.analyze(store, start, end, conventions=conventions)
-    run_id = analytics.persist_analysis(store, computed)
+        return loaded, loaded.run_id, False
+    computed = analyze(store, start, end, conventions=conventions)
+    run_id = persist_analysis(store, computed)
     return computed, run_id, True
-
-
-def _run_id(analysis: Any) -> str | None:
-    value = getattr(analysis, "run_id", None)
-    return None if value is None else str(value)
 
 
 def _alert_history(store: Store, start: datetime, end: datetime) -> tuple[pl.DataFrame | None, list[str]]:
     """Alert transitions in the window; a store without alerting yet draws the "no alerts" timeline."""
-    try:
-        from slo_rules import alert_history
-    except ImportError:
-        return None, ["alert history unavailable: slo_rules is not installed"]
     try:
         # Rules are evaluated *at* the end of a window (the scheduler's tick, the demo's simulated
         # end): a transition stamped exactly at ``end`` belongs to this window's timeline.
@@ -186,7 +167,7 @@ def _alert_history(store: Store, start: datetime, end: datetime) -> tuple[pl.Dat
 
 
 def write_dashboards(
-    analysis: AnalysisFrames,
+    analysis: Analysis,
     out_dir: Path,
     *,
     alerts: pl.DataFrame | None = None,
@@ -243,7 +224,7 @@ def _nav(current: str) -> str:
     return "<nav>" + "".join(links) + "</nav>"
 
 
-def _meta(analysis: AnalysisFrames, run_id: str | None) -> str:
+def _meta(analysis: Analysis, run_id: str | None) -> str:
     parts = [f"window {html.escape(style.fmt_window(analysis.start, analysis.end))}"]
     parts.append(f"baseline {html.escape(style.fmt_window(analysis.baseline_start, analysis.baseline_end))}")
     if run_id:
@@ -261,7 +242,7 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _view_page(view: View, figure: go.Figure, analysis: AnalysisFrames, run_id: str | None) -> str:
+def _view_page(view: View, figure: go.Figure, analysis: Analysis, run_id: str | None) -> str:
     # include_plotlyjs=True inlines plotly.js: the page needs no network. The figure JSON that
     # plotly writes escapes <, > and / so no data can close the <script> element.
     plot = figure.to_html(
@@ -278,7 +259,7 @@ def _view_page(view: View, figure: go.Figure, analysis: AnalysisFrames, run_id: 
 
 
 def _index_page(
-    analysis: AnalysisFrames,
+    analysis: Analysis,
     formats: Sequence[ExportFormat],
     run_id: str | None,
     alerts: pl.DataFrame | None,
@@ -308,7 +289,7 @@ def _index_page(
     return _page("tailwatch dashboards", body)
 
 
-def _headline(view: View, analysis: AnalysisFrames, alerts: pl.DataFrame | None) -> str:
+def _headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str:
     """One line of numbers per view for the index (plain text; the caller escapes it)."""
     if view == "hot_path":
         coupled = (
@@ -333,7 +314,7 @@ def _headline(view: View, analysis: AnalysisFrames, alerts: pl.DataFrame | None)
             else "no regression"
         )
     if alerts is None or not alerts.height:
-        return "no alerts in this window"
+        return NO_ALERTS_TEXT
     return f"{alerts['fingerprint'].n_unique()} alerts"
 
 
@@ -360,10 +341,9 @@ def find_browser() -> str:
 def write_pngs(figures: Mapping[str, go.Figure], out_dir: Path) -> list[Path]:
     """One PNG per figure through kaleido and the system Chromium, in a single browser session."""
     browser = find_browser()
-    try:
-        import kaleido
-    except ImportError as exc:  # pragma: no cover - kaleido is a runtime dependency
-        raise PngExportError(f"PNG export needs kaleido: {exc}") from None
+    # Here rather than at the top: kaleido (and choreographer behind it) is only loaded for PNGs.
+    import kaleido
+
     jobs: list[dict[str, Any]] = []
     paths: list[Path] = []
     for view, fig in figures.items():

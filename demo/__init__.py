@@ -2,13 +2,13 @@
 
 Not a stage: the simulator writes the span shapes the real instrumentation libraries write (for the
 demo, the benchmarks and the notebooks), and the demo drives every stage through its public surface
-and scores the five scenarios from the analysis and alert frames.
+and scores the five scenarios from the analysis frames and the labels of the alerts it received.
 
 Usage::
 
     from demo import Workload, export_otlp_http, run_demo
     Workload(days=3, seed=7).spans()                  # OpenTelemetry SDK spans, in memory
-    result = run_demo(Path("demo-out"))               # what `tailwatch demo` runs
+    result = run_demo(out_dir=Path("demo-out"))       # what `tailwatch demo` runs
 """
 
 from demo.generator import (

@@ -12,6 +12,11 @@ The steps, all in one process on loopback:
 6. the dashboards exported to ``OUT/dashboards/``;
 7. a summary: per scenario the alert it raised, its cause and where to look; also in
    ``OUT/summary.json``.
+
+A scenario is scored from structured data only: the alerts that reached the webhook are matched to
+it by their labels (rule, service and operation, workflow or queue) and their ``cause``; the
+evidence that tells it apart and the trace to open come from the frames of the analysis in step 4
+(the analysis the rules read for the same window), never from an alert's prose.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import queue
-import re
 import shutil
 import threading
 import time
@@ -31,15 +35,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
+import polars as pl
+
+from analytics import Analysis, analyze, persist_analysis
+from collectors import IngestRuntime, PipelineSettings
+from dashboards import export_dashboards
 from demo.generator import (
     SCENARIO_INFO,
     SCENARIOS,
     ExportStats,
     Scenario,
+    ScenarioInfo,
     Workload,
     export_otlp_http,
 )
-from storage import Store, TailwatchError, open_store, parse_dsn
+from slo_rules import WebhookConfig, deliver, evaluate, load_rules
+from storage import Store, TailwatchError, ensure_schema, open_store, parse_dsn
 
 __all__ = [
     "DEMO_RULES_PATH",
@@ -50,6 +61,7 @@ __all__ = [
     "WebhookSink",
     "format_summary",
     "match_alerts",
+    "read_alert_lines",
     "run_demo",
 ]
 
@@ -58,6 +70,11 @@ DEMO_RULES_PATH = Path(__file__).with_name("rules.yaml")
 EXPORT_BATCH = 2048
 # Export threads in the generator process: requests in flight while the next spans are built.
 EXPORT_THREADS = 2
+# The evidence each scenario must show besides its alert (the demo's ground truth, not the rules'
+# thresholds): (a) the release added at least this many sync LLM calls per request; (b) the share
+# of calls to the victim's model that come from cold-path work rose at least this much, (e) not.
+MIN_SYNC_LLM_INCREASE = 0.5
+MIN_COLD_SHARE_RISE = 0.1
 
 
 class ProgressBar(Protocol):
@@ -138,7 +155,7 @@ class ScenarioOutcome:
     target: str
     alerts: list[str] = field(default_factory=list)  # alert names that fired on the target
     kind: str = ""  # the expected rule kind, when it fired
-    cause: str = ""  # its `cause` annotation
+    cause: str = ""  # its alert's `cause` (llm, internal, mixed, none)
     evidence: str = ""
     evidence_ok: bool = True
     summary: str = ""
@@ -169,13 +186,12 @@ class DemoResult:
     spans_per_s: float
     alerts_delivered: int
     dashboards: list[str]
-    missing_stages: list[str]
     period: dict[str, str]
     unexpected: list[str] = field(default_factory=list)  # alerts on no scenario's target
 
     @property
     def ok(self) -> bool:
-        return all(o.ok for o in self.outcomes) and not self.unexpected and not self.missing_stages
+        return all(o.ok for o in self.outcomes) and not self.unexpected
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -219,59 +235,116 @@ def read_alert_lines(path: Path) -> list[dict[str, Any]]:
     return alerts
 
 
-def _pair(text: str) -> tuple[float, float] | None:
-    """``"0 → 0.2053"`` (the rules' before → after annotations) as numbers."""
-    parts = [p.strip() for p in text.replace("->", "→").split("→")]
-    try:
-        return (float(parts[0]), float(parts[1])) if len(parts) == 2 else None
-    except ValueError:
-        return None
+def _target(frame: pl.DataFrame, info: ScenarioInfo) -> pl.DataFrame:
+    """The rows of a per-operation frame for the scenario's (service, operation)."""
+    return frame.filter((pl.col("service") == info.service) & (pl.col("operation") == info.operation))
 
 
-def _fmt_pair(pair: tuple[float, float] | None, raw: str, percent: bool = False) -> str:
-    if pair is None:
-        return raw or "n/a"
-    if percent:
-        return f"{pair[0]:.0%} → {pair[1]:.0%}"
-    return f"{pair[0]:.2f} → {pair[1]:.2f}"
+def _signed_ms(ms: float) -> str:
+    """A change as the alerts print it: ``+850 ms``, ``+1.9 s``, ``−3.7 s``."""
+    size = abs(ms)
+    if size < 1000:
+        text = f"{size:.0f} ms"
+    elif size < 100_000:
+        text = f"{size / 1000:.1f} s"
+    elif size < 600_000:
+        text = f"{size / 1000:.0f} s"
+    else:
+        text = f"{size / 60_000:.1f} min"
+    return ("+" if ms >= 0 else "−") + text
 
 
-def _times(value: str) -> str:
-    try:
-        return f"×{float(value):.2f}"
-    except ValueError:
-        return value or "?"
+def _pct_pair(before: float | None, after: float | None) -> str:
+    return "n/a" if before is None or after is None else f"{before:.0%} → {after:.0%}"
 
 
-def _evidence(scenario: Scenario, annotations: dict[str, str]) -> tuple[str, bool]:
-    """The one fact that tells this scenario apart, read from the alert, and whether it holds."""
-    if scenario == "release_coupling":
-        raw = annotations.get("sync_llm_calls_per_request", "")
-        pair = _pair(raw)
-        return (
-            f"{annotations.get('release', '?')}: sync LLM calls/request {_fmt_pair(pair, raw)}",
-            bool(pair and pair[1] - pair[0] >= 0.5),
-        )
-    if scenario == "retry_storm":
-        return (
-            f"attempts {_times(annotations.get('attempt_amplification', ''))}, "
-            f"tokens {_times(annotations.get('token_amplification', ''))}",
-            True,
-        )
-    # "chat claude-sonnet-4 (llm, anthropic claude-sonnet-4) +3.3 s" -> "chat claude-sonnet-4 +3.3 s"
-    top = re.sub(r"\s*\([^)]*\)", "", annotations.get("top_spans", "").split(";")[0]).strip()
-    raw = annotations.get("llm_cold_share", "")
-    pair = _pair(raw)
-    rising = bool(pair and pair[1] - pair[0] >= 0.1)
-    if scenario == "noisy_neighbour":
+def _release_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool]:
+    """The release of the window that added synchronous LLM calls (else its latest release)."""
+    served = _target(analysis.releases, info).sort("released_at")
+    if served.is_empty():
+        return "no release in the window", False
+    added = served.filter(
+        pl.col("sync_llm_calls_per_request_after") - pl.col("sync_llm_calls_per_request_before")
+        >= MIN_SYNC_LLM_INCREASE
+    )
+    row = (served if added.is_empty() else added).row(-1, named=True)
+    before, after = row["sync_llm_calls_per_request_before"], row["sync_llm_calls_per_request_after"]
+    if before is None or after is None:
+        return f"{row['version']}: sync LLM calls/request n/a", False
+    return (
+        f"{row['version']}: sync LLM calls/request {before:.2f} → {after:.2f}",
+        after - before >= MIN_SYNC_LLM_INCREASE,
+    )
+
+
+def _times(value: float | None) -> str:
+    return "?" if value is None else f"×{value:.2f}"
+
+
+def _retry_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool]:
+    rows = analysis.retry_amplification.filter(pl.col("workflow") == info.operation)
+    row = rows.row(0, named=True) if not rows.is_empty() else {}
+    # The alert's kind is the diagnosis: no second fact to check.
+    return (
+        f"attempts {_times(row.get('attempt_amplification'))}, "
+        f"tokens {_times(row.get('token_amplification'))}",
+        True,
+    )
+
+
+def _hot_path_evidence(name: Scenario, info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool]:
+    """The span that carries the p99 change and, for the LLM scenarios, the cold-path share of calls
+    to the operation's model: what tells a noisy neighbour (b) from a slow provider (e)."""
+    spans = _target(analysis.attribution_spans, info).sort(
+        pl.col("delta_ms").fill_null(0.0), descending=True, maintain_order=True
+    )
+    top = ""
+    if not spans.is_empty():
+        first = spans.row(0, named=True)
+        top = f"{first['span_name']} {_signed_ms(float(first['delta_ms'] or 0.0))}"
+    # The model whose signals the alert reports: that of the LLM span adding the most time, else the
+    # first with signals.
+    slower = spans.filter((pl.col("class") == "llm") & (pl.col("delta_ms") > 0))
+    preferred = list(dict.fromkeys(slower.select("provider", "model").rows()))
+
+    def rank(row: dict[str, Any]) -> int:
+        key = (row["provider"], row["model"])
+        return preferred.index(key) if key in preferred else len(preferred)
+
+    signals = sorted(_target(analysis.llm_signals, info).to_dicts(), key=rank)
+    model, before, after = "?", None, None
+    if signals:
+        main = signals[0]
+        model = " ".join(str(p) for p in (main["provider"], main["model"]) if p) or "?"
+        before, after = main["cold_share_baseline"], main["cold_share_current"]
+    rising = before is not None and after is not None and after - before >= MIN_COLD_SHARE_RISE
+    if name == "noisy_neighbour":
         # A noisy batch neighbour, not a slow provider: cold work now shares the model.
-        return (
-            f"{top}; cold share of {annotations.get('llm_model', '?')} {_fmt_pair(pair, raw, True)}",
-            rising,
-        )
-    if scenario == "llm_slowdown":
-        return f"{top}; cold share {_fmt_pair(pair, raw, True)}", not rising
+        return f"{top}; cold share of {model} {_pct_pair(before, after)}", rising
+    if name == "llm_slowdown":
+        return f"{top}; cold share {_pct_pair(before, after)}", not rising
     return top, True
+
+
+def _evidence(name: Scenario, analysis: Analysis) -> tuple[str, bool]:
+    """The one fact that tells this scenario apart, from the analysis, and whether it holds."""
+    info = SCENARIO_INFO[name]
+    if name == "release_coupling":
+        return _release_evidence(info, analysis)
+    if name == "retry_storm":
+        return _retry_evidence(info, analysis)
+    return _hot_path_evidence(name, info, analysis)
+
+
+def _exemplar(name: Scenario, analysis: Analysis) -> str:
+    """The trace to open: the workflow's most retried run, else the operation's first slow trace."""
+    info = SCENARIO_INFO[name]
+    if name == "retry_storm":
+        runs = analysis.retry_amplification.filter(pl.col("workflow") == info.operation)
+        return str(runs["exemplar_trace_id"][0] or "") if not runs.is_empty() else ""
+    rows = _target(analysis.attribution, info)
+    ids = rows["exemplar_trace_ids"][0] if not rows.is_empty() else None
+    return str(ids[0]) if ids is not None and len(ids) else ""
 
 
 def match_alerts(
@@ -279,10 +352,11 @@ def match_alerts(
     scenarios: Sequence[Scenario],
     rule_kinds: dict[str, str],
     dashboards_dir: Path,
-    fallback_exemplars: dict[str, str] | None = None,
+    analysis: Analysis,
 ) -> tuple[list[ScenarioOutcome], list[str]]:
-    """Per scenario: the firing alerts on its target, the expected kind's cause and evidence, where to
-    look; and the alerts that fired on no scenario's target."""
+    """Per scenario: the firing alerts on its target (by their labels), the expected kind's cause,
+    the evidence and the trace to open (from ``analysis``), where to look; and the alerts that fired
+    on no scenario's target."""
     outcomes: list[ScenarioOutcome] = []
     claimed: set[int] = set()
     for name in SCENARIOS:
@@ -305,11 +379,8 @@ def match_alerts(
             outcome.kind = info.alert_kind
             outcome.cause = annotations.get("cause", "")
             outcome.summary = annotations.get("summary", "")
-            outcome.evidence, outcome.evidence_ok = _evidence(name, annotations)
-            exemplars = [t.strip() for t in annotations.get("exemplar_trace_ids", "").split(",") if t.strip()]
-            outcome.exemplar_trace = (
-                exemplars[0] if exemplars else (fallback_exemplars or {}).get(info.operation, "")
-            )
+            outcome.evidence, outcome.evidence_ok = _evidence(name, analysis)
+            outcome.exemplar_trace = _exemplar(name, analysis)
         outcomes.append(outcome)
     unexpected = sorted(
         {
@@ -392,7 +463,6 @@ def run_demo(
     """Runs the demo; ``progress(estimated_traces)`` opens a bar (e.g. ``tqdm``) for the export."""
     out_dir = out_dir.resolve()
     timings: dict[str, float] = {}
-    missing: list[str] = []
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -411,17 +481,12 @@ def run_demo(
     )
     echo(f"store {parse_dsn(dsn).redacted()}")
 
-    rule_kinds: dict[str, str] = {}
-    dashboards: list[str] = []
-    delivered = 0
     with (
         WebhookSink(alerts_path) as sink,
         _timed(timings, "total"),
         open_store(dsn) as store,
     ):
         with _timed(timings, "schema"):
-            from storage import ensure_schema
-
             ensure_schema(store)
         with _timed(timings, "generate+ingest"):
             stats = _ingest(store, workload, out_dir / "spool", progress)
@@ -432,20 +497,19 @@ def run_demo(
         if stats.failed_spans:
             raise DemoError(f"{stats.failed_spans} spans were refused by the receiver")
 
-        analysis = None
         with _timed(timings, "analyze"):
-            analysis = _analyze(store, tl.current_start, tl.end, missing)
+            # The window the demo rules read (the last day against the day before): the scenarios are
+            # scored from these frames.
+            analysis = analyze(store, tl.current_start, tl.end)
+            persist_analysis(store, analysis)
         with _timed(timings, "rules"):
-            rule_kinds, delivered = _alerts(store, rules_path, tl.end, sink.url, dashboards_dir, missing)
+            rule_kinds, delivered = _alerts(store, rules_path, tl.end, sink.url, dashboards_dir)
         with _timed(timings, "dashboards"):
-            dashboards = _dashboards(store, dashboards_dir, tl.current_start, tl.end, missing)
-        del analysis
-        # Retry alerts carry no exemplar: point at the current window's most retried run.
-        workflow = SCENARIO_INFO["retry_storm"].operation
-        exemplars = {workflow: _most_retried_run(store, workflow, tl.current_start, tl.end)}
+            report = export_dashboards(store, dashboards_dir, tl.current_start, tl.end)
+            dashboards = [str(p) for p in report.files]
 
     outcomes, unexpected = match_alerts(
-        read_alert_lines(alerts_path), workload.scenarios, rule_kinds, dashboards_dir, exemplars
+        read_alert_lines(alerts_path), workload.scenarios, rule_kinds, dashboards_dir, analysis
     )
     result = DemoResult(
         out_dir=out_dir,
@@ -457,7 +521,6 @@ def run_demo(
         spans_per_s=round(stats.spans_per_s),
         alerts_delivered=delivered,
         dashboards=dashboards,
-        missing_stages=missing,
         unexpected=unexpected,
         period={
             "start": tl.start.isoformat(),
@@ -496,27 +559,23 @@ def _ingest(
     progress: Callable[[int], ProgressBar] | None,
 ) -> ExportStats:
     """Receiver + pipeline on an ephemeral loopback port; a generator process exports to it."""
-    from collectors.pipeline import IngestPipeline
-    from collectors.receivers import Receivers
-    from collectors.settings import PipelineSettings
-
     # With a spool an export is acknowledged once fsync'd, not once inserted, so the exporter
     # never waits for a flush; big insert batches suit ClickHouse.
-    pipeline = IngestPipeline(
+    runtime = IngestRuntime(
         store,
         PipelineSettings(
             batch_rows=50_000, flush_interval_s=0.5, max_queue_spans=400_000, spool_dir=spool_dir
         ),
+        http="127.0.0.1:0",
+        grpc=None,
     )
-    pipeline.start()
-    receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None)
     # spawn, not fork: the parent runs the embedded engine's threads, which a fork would copy.
     ctx = multiprocessing.get_context("spawn")
     progress_q = ctx.Queue()
     results_q = ctx.Queue()
     try:
-        receivers.start()
-        endpoint = f"http://127.0.0.1:{receivers.http_port}/v1/traces"
+        runtime.start()
+        endpoint = f"http://127.0.0.1:{runtime.http_port}/v1/traces"
         bar = progress(workload.estimated_traces()) if progress else None
         child = ctx.Process(
             target=_export_process,
@@ -551,66 +610,22 @@ def _ingest(
         child.join(30)
         if bar is not None:
             bar.close()
-        if not pipeline.flush(timeout_s=120):
+        if not runtime.flush(timeout_s=120):
             raise DemoError("the ingest pipeline did not drain within 120 s")
     finally:
-        receivers.stop()
-        pipeline.stop()
+        runtime.stop()
         progress_q.close()
         results_q.close()
     return ExportStats(**stats_dict)
 
 
-def _most_retried_run(store: Store, workflow: str, start: datetime, end: datetime) -> str:
-    """The trace of ``workflow`` with the most failed HTTP attempts (429s, 5xx: the attempts the
-    provider SDK retries) in [start, end) ('' if none)."""
-    from collectors.schema import TRACES_TABLE
-
-    table = store.table(TRACES_TABLE)
-    rows = store.query_rows(
-        "SELECT TraceId, countIf(toUInt16OrZero(SpanAttributes['http.status_code']) >= 400 "
-        "OR toUInt16OrZero(SpanAttributes['http.response.status_code']) >= 400) AS resends "
-        f"FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} AND Timestamp < {{end:DateTime64(9)}} "
-        f"AND TraceId IN (SELECT TraceId FROM {table} WHERE Timestamp >= {{start:DateTime64(9)}} "
-        f"AND Timestamp < {{end:DateTime64(9)}} AND SpanAttributes['gen_ai.workflow.name'] = {{wf:String}}) "
-        "GROUP BY TraceId ORDER BY resends DESC, TraceId LIMIT 1",
-        {"start": start, "end": end, "wf": workflow},
-    )
-    return str(rows[0][0]) if rows and rows[0][1] else ""
-
-
-def _analyze(store: Store, start: datetime, end: datetime, missing: list[str]) -> Any:
-    try:
-        from analytics import analyze, persist_analysis
-    except ImportError:
-        missing.append("analytics")
-        return None
-    analysis = analyze(store, start, end)
-    persist_analysis(store, analysis)
-    return analysis
-
-
 def _alerts(
-    store: Store, rules_path: Path, at: datetime, url: str, dashboards_dir: Path, missing: list[str]
+    store: Store, rules_path: Path, at: datetime, url: str, dashboards_dir: Path
 ) -> tuple[dict[str, str], int]:
-    try:
-        from slo_rules import WebhookConfig, deliver, evaluate, load_rules
-    except ImportError:
-        missing.append("slo_rules")
-        return {}, 0
+    """Evaluates the demo rules at ``at`` and delivers their notifications to ``url``; returns each
+    rule's kind by name and the notifications delivered."""
     rules = load_rules([rules_path])
     kinds = {str(rule.name): str(rule.kind) for rule in rules.rules}
     notifiers = [WebhookConfig(url=url, name="demo-webhook")]
     evaluate(store, rules, at, notifiers=notifiers, dashboard_url=dashboards_dir.as_uri())
-    report = deliver(store, notifiers, force=True)
-    return kinds, int(getattr(report, "delivered", 0))
-
-
-def _dashboards(store: Store, out: Path, start: datetime, end: datetime, missing: list[str]) -> list[str]:
-    try:
-        from dashboards import export_dashboards
-    except ImportError:
-        missing.append("dashboards")
-        return []
-    report = export_dashboards(store, out, start, end)
-    return [str(p) for p in report.files]
+    return kinds, deliver(store, notifiers, force=True).delivered

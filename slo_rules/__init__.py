@@ -7,10 +7,14 @@ Public surface::
     rules = load_rules()                                   # the default pack (slo_rules/default.yaml)
     result = evaluate(store, rules, notifiers=[WebhookConfig("http://127.0.0.1:9093/hook")])
     report = deliver(store, [WebhookConfig("http://127.0.0.1:9093/hook")])
+
+A notifier of your own implements :class:`Notifier` (``send(notification) -> DeliveryResult``) and
+is passed to :func:`deliver` through ``notifier_factory``; receivers check requests with
+:func:`verify_signature`.
 """
 
-from slo_rules.engine import EvaluationResult, burn_rate, evaluate
-from slo_rules.errors import DeliveryError, RuleError, RuleProblem
+from slo_rules.engine import EvaluationResult, evaluate
+from slo_rules.errors import DeliveryError, RuleError
 from slo_rules.notifiers import (
     DeliveryResult,
     Notification,
@@ -19,13 +23,11 @@ from slo_rules.notifiers import (
     PagerDutyConfig,
     SlackConfig,
     WebhookConfig,
-    build_notifier,
-    sign,
     verify_signature,
 )
 from slo_rules.outbox import DeliveryReport, deliver
-from slo_rules.rules import DEFAULT_RULES_PATH, Route, Rule, RuleSet, check_rule_files, load_rules
-from slo_rules.state import alert_history, fingerprint, list_alerts
+from slo_rules.rules import DEFAULT_RULES_PATH, RuleSet, check_rule_files, load_rules
+from slo_rules.state import alert_history, list_alerts
 
 __all__ = [
     "DEFAULT_RULES_PATH",
@@ -37,22 +39,15 @@ __all__ = [
     "Notifier",
     "NotifierConfig",
     "PagerDutyConfig",
-    "Route",
-    "Rule",
     "RuleError",
-    "RuleProblem",
     "RuleSet",
     "SlackConfig",
     "WebhookConfig",
     "alert_history",
-    "build_notifier",
-    "burn_rate",
     "check_rule_files",
     "deliver",
     "evaluate",
-    "fingerprint",
     "list_alerts",
     "load_rules",
-    "sign",
     "verify_signature",
 ]

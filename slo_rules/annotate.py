@@ -17,6 +17,8 @@ from typing import Any
 
 import polars as pl
 
+from analytics import Analysis
+
 __all__ = ["attribution_annotations", "fmt_ms", "fmt_pct", "fmt_s", "signed_ms"]
 
 
@@ -55,8 +57,8 @@ def _num(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-def _rows(frame: pl.DataFrame | None, service: str, operation: str) -> list[dict[str, Any]]:
-    if frame is None or frame.is_empty() or "service" not in frame.columns:
+def _rows(frame: pl.DataFrame, service: str, operation: str) -> list[dict[str, Any]]:
+    if frame.is_empty():
         return []
     return frame.filter((pl.col("service") == service) & (pl.col("operation") == operation)).to_dicts()
 
@@ -66,13 +68,13 @@ def _model_name(provider: Any, model: Any) -> str:
     return " ".join(parts)
 
 
-def attribution_annotations(analysis: Any, service: str, operation: str) -> dict[str, str]:
+def attribution_annotations(analysis: Analysis, service: str, operation: str) -> dict[str, str]:
     """Cause, shares, top spans, exemplars and LLM signals of one hot-path operation.
 
     Returns ``{}`` when the analysis has no attribution row for it. ``summary_tail`` is the
     attribution sentence the rules append to their own summary.
     """
-    rows = _rows(getattr(analysis, "attribution", None), service, operation)
+    rows = _rows(analysis.attribution, service, operation)
     if not rows:
         return {}
     row = rows[0]
@@ -84,7 +86,7 @@ def attribution_annotations(analysis: Any, service: str, operation: str) -> dict
     llm_delta = float(row.get("llm_delta_ms") or 0.0)
     internal_delta = float(row.get("internal_delta_ms") or 0.0)
 
-    spans = _rows(getattr(analysis, "attribution_spans", None), service, operation)
+    spans = _rows(analysis.attribution_spans, service, operation)
     spans.sort(key=lambda s: -float(s.get("delta_ms") or 0.0))
     top = spans[:5]
     llm_models: list[str] = []
@@ -157,9 +159,9 @@ def attribution_annotations(analysis: Any, service: str, operation: str) -> dict
 
 
 def _llm_signal_annotations(
-    analysis: Any, service: str, operation: str, preferred: list[str]
+    analysis: Analysis, service: str, operation: str, preferred: list[str]
 ) -> dict[str, str]:
-    signals = _rows(getattr(analysis, "llm_signals", None), service, operation)
+    signals = _rows(analysis.llm_signals, service, operation)
     if not signals:
         return {}
 

@@ -26,13 +26,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol, TypeAlias
 
 import httpx
 
 from slo_rules.errors import DeliveryError
+from storage import as_utc, parse_time, utc_now
 
 __all__ = [
     "RETRYABLE_STATUS",
@@ -64,15 +65,17 @@ Status = Literal["firing", "resolved"]
 
 
 def _iso(value: datetime | None) -> str:
+    # Not storage.iso_z (whole seconds, or microseconds when there are any): the webhook bodies keep
+    # Alertmanager's millisecond form, and "no time" is Go's zero time as Alertmanager sends it.
     if value is None:
         return ZERO_TIME
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return as_utc(value).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _parse_iso(value: str | None) -> datetime | None:
     if not value or value == ZERO_TIME:
         return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return parse_time(value)
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,7 @@ class Notification:
     group_labels: Mapping[str, str]
     alerts: tuple[AlertPayload, ...]
     external_url: str = ""
-    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    created_at: datetime = field(default_factory=utc_now)
 
     @property
     def common_labels(self) -> dict[str, str]:
@@ -150,7 +153,7 @@ class Notification:
     @classmethod
     def from_json(cls, text: str) -> Notification:
         data = json.loads(text)
-        created = _parse_iso(data.get("createdAt")) or datetime.now(UTC)
+        created = _parse_iso(data.get("createdAt")) or utc_now()
         return cls(
             id=data["id"],
             status=data["status"],
@@ -376,9 +379,7 @@ def _retry_after(value: str | None) -> float | None:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, (as_utc(when) - utc_now()).total_seconds())
 
 
 class _HttpNotifier:

@@ -23,14 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 import pyarrow as pa
 
 from slo_rules.notifiers import DeliveryResult, Notification, Notifier, NotifierConfig, build_notifier
 from slo_rules.schema import MIGRATIONS, OUTBOX_TABLE
-from storage import Store, TailwatchError, ensure_schema
+from storage import Store, TailwatchError, as_utc, ensure_schema, utc_now
 
 __all__ = ["DeliveryReport", "OutboxRow", "deliver", "enqueue", "outbox_rows"]
 
@@ -109,10 +109,6 @@ class DeliveryReport:
         )
 
 
-def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _write(store: Store, rows: Sequence[OutboxRow]) -> None:
     if not rows:
         return
@@ -151,10 +147,10 @@ def outbox_rows(
                 notifier=r[1],
                 notifier_kind=r[2],
                 status=r[3],
-                created_at=_utc(r[4]),
+                created_at=as_utc(r[4]),
                 attempts=int(r[5]),
-                next_attempt_at=_utc(r[6]),
-                delivered_at=_utc(r[7]) if r[7] is not None else None,
+                next_attempt_at=as_utc(r[6]),
+                delivered_at=as_utc(r[7]) if r[7] is not None else None,
                 last_error=r[8],
                 notification=r[9],
                 version=int(r[10]),
@@ -169,7 +165,7 @@ def enqueue(
     """Record notifications to send. Ids already in the outbox for that notifier are skipped."""
     if not items:
         return 0
-    moment = _utc(now or datetime.now(UTC))
+    moment = as_utc(now or utc_now())
     ids = sorted({n.id for _, n in items})
     existing = {
         (r[0], r[1])
@@ -224,7 +220,7 @@ def deliver(
     this drain (its later notifications keep their order and are tried on the next drain).
     """
     ensure_schema(store, MIGRATIONS)
-    moment = _utc(now or datetime.now(UTC))
+    moment = as_utc(now or utc_now())
     report = DeliveryReport()
     configs = {c.name: c for c in notifiers}
     built: dict[str, Notifier] = {}
@@ -289,7 +285,7 @@ def _after_send(row: OutboxRow, result: DeliveryResult, moment: datetime, max_ag
         return row.replace(
             status="delivered",
             attempts=attempts,
-            delivered_at=datetime.now(UTC),
+            delivered_at=utc_now(),
             last_error="",
         )
     if not result.retryable or moment - row.created_at >= max_age:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import functools
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -43,6 +42,7 @@ from pydantic import (
 )
 
 from slo_rules.errors import RuleError, RuleProblem
+from storage import format_duration, parse_duration
 
 __all__ = [
     "DEFAULT_RULES_PATH",
@@ -60,9 +60,7 @@ __all__ = [
     "RuleSet",
     "Severity",
     "check_rule_files",
-    "format_duration",
     "load_rules",
-    "parse_duration",
 ]
 
 DEFAULT_RULES_PATH = Path(__file__).with_name("default.yaml")
@@ -79,51 +77,7 @@ RuleKind = Literal[
 ]
 RULE_KINDS: tuple[str, ...] = RuleKind.__args__  # type: ignore[attr-defined]
 
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-
-
-# Longer windows or intervals are typos (and overflow date arithmetic).
-MAX_DURATION_S = 3650 * 86400.0
-
-
-def parse_duration(value: Any) -> timedelta:
-    """``"30d"``, ``"1h30m"``, ``"500ms"`` or a number of seconds → :class:`timedelta`."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, bool):
-        raise ValueError(f"invalid duration {value!r}: use a number and a unit, e.g. 30s, 5m, 1h, 1d")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        pos, seconds = 0, 0.0
-        for match in _DURATION_PART.finditer(text):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-            pos = match.end()
-        if not text or pos != len(text):
-            raise ValueError(f"invalid duration {value!r}: use a number and a unit, e.g. 30s, 5m, 1h, 1d")
-    else:
-        raise ValueError(f"invalid duration {value!r}: use a number and a unit, e.g. 30s, 5m, 1h, 1d")
-    if seconds <= 0:
-        raise ValueError(f"duration {value!r} must be positive")
-    if seconds > MAX_DURATION_S:
-        raise ValueError(f"duration {value!r} is longer than 10 years")
-    return timedelta(seconds=seconds)
-
-
-def format_duration(value: timedelta) -> str:
-    """The shortest spelling in one unit when exact (``1h``, ``30m``, ``3d``), else seconds."""
-    seconds = value.total_seconds()
-    for unit in ("w", "d", "h", "m", "s"):
-        size = _UNIT_SECONDS[unit]
-        if seconds >= size and abs(seconds / size - round(seconds / size)) < 1e-9:
-            return f"{round(seconds / size)}{unit}"
-    return f"{round(seconds * 1000)}ms"
-
-
+# The grammar every stage shares (storage.parse_duration): "30d", "1h30m", "500ms", a number of seconds.
 Duration = Annotated[
     timedelta, BeforeValidator(parse_duration), PlainSerializer(format_duration, return_type=str)
 ]

@@ -8,12 +8,12 @@ distinct (window, threshold), and remembers the results for the rest of the eval
 
 from __future__ import annotations
 
-import importlib
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import polars as pl
 
+from analytics import Analysis, Conventions, analyze, latency_good_total
 from storage import Store
 
 __all__ = ["AnalyticsSource", "DataSource"]
@@ -22,7 +22,7 @@ WindowKey = tuple[datetime, datetime, datetime | None, datetime | None]
 
 
 class DataSource(Protocol):
-    """What the rules read. ``analysis`` returns an ``analytics.Analysis`` (or a look-alike)."""
+    """What the rules read: an analysis of a window, and good/total counts under a threshold."""
 
     def analysis(
         self,
@@ -30,7 +30,7 @@ class DataSource(Protocol):
         end: datetime,
         baseline_start: datetime | None = None,
         baseline_end: datetime | None = None,
-    ) -> Any: ...
+    ) -> Analysis: ...
 
     def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame: ...
 
@@ -38,22 +38,15 @@ class DataSource(Protocol):
 class AnalyticsSource:
     """The real data: ``analytics.analyze`` and ``analytics.latency_good_total``, memoized."""
 
-    def __init__(self, store: Store, conventions: Any = None) -> None:
+    def __init__(self, store: Store, conventions: Conventions | None = None) -> None:
         self.store = store
         self.conventions = conventions
-        self._analyses: dict[WindowKey, Any] = {}
+        self._analyses: dict[WindowKey, Analysis] = {}
         self._good_total: dict[tuple[datetime, datetime, float], pl.DataFrame] = {}
-        # Imported at first use: slo_rules imports cleanly (rules check, delivery) without analytics.
-        self._analytics: Any = None
 
     @property
     def analyses_run(self) -> int:
         return len(self._analyses)
-
-    def _module(self) -> Any:
-        if self._analytics is None:
-            self._analytics = importlib.import_module("analytics")
-        return self._analytics
 
     def analysis(
         self,
@@ -61,10 +54,10 @@ class AnalyticsSource:
         end: datetime,
         baseline_start: datetime | None = None,
         baseline_end: datetime | None = None,
-    ) -> Any:
+    ) -> Analysis:
         key = (start, end, baseline_start, baseline_end)
         if key not in self._analyses:
-            self._analyses[key] = self._module().analyze(
+            self._analyses[key] = analyze(
                 self.store,
                 start,
                 end,
@@ -77,8 +70,7 @@ class AnalyticsSource:
     def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame:
         key = (start, end, float(threshold_ms))
         if key not in self._good_total:
-            frame = self._module().latency_good_total(
+            self._good_total[key] = latency_good_total(
                 self.store, start, end, threshold_ms, conventions=self.conventions
             )
-            self._good_total[key] = frame
         return self._good_total[key]

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from slo_rules.outbox import next_version
 from slo_rules.schema import ALERT_EVENTS_TABLE, ALERT_STATE_TABLE
-from storage import Store
+from storage import Store, as_utc, utc_now
 
 __all__ = [
     "AlertState",
@@ -126,12 +126,6 @@ def advance(
     )
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
 def _latest(store: Store) -> str:
     # The newest version per alert, taken before any filter: a filter applied first could pick an
     # older version of a row whose newest version does not match.
@@ -151,6 +145,10 @@ def load_states(store: Store, rules: Iterable[str] | None = None) -> dict[str, A
     )
     out: dict[str, AlertState] = {}
     for r in store.query_rows(sql, params):
+        # DateTime64 columns come back naive in UTC.
+        active_since, starts_at, ends_at, last_notified_at, updated_at = (
+            as_utc(t) if t is not None else None for t in r[7:12]
+        )
         out[r[0]] = AlertState(
             fingerprint=r[0],
             rule=r[1],
@@ -159,11 +157,11 @@ def load_states(store: Store, rules: Iterable[str] | None = None) -> dict[str, A
             state=r[4],
             labels=json.loads(r[5]),
             annotations=json.loads(r[6]),
-            active_since=_utc(r[7]),
-            starts_at=_utc(r[8]),
-            ends_at=_utc(r[9]),
-            last_notified_at=_utc(r[10]),
-            updated_at=_utc(r[11]),
+            active_since=active_since,
+            starts_at=starts_at,
+            ends_at=ends_at,
+            last_notified_at=last_notified_at,
+            updated_at=updated_at,
         )
     return out
 
@@ -245,7 +243,7 @@ def write_states(store: Store, states: Sequence[AlertState]) -> None:
             starts_at=s.starts_at,
             ends_at=s.ends_at,
             last_notified_at=s.last_notified_at,
-            updated_at=s.updated_at or datetime.now(UTC),
+            updated_at=s.updated_at or utc_now(),
             version=next_version(),
         )
         rows.append(row)

@@ -140,16 +140,19 @@ class Store:
             rows = store.query_rows("SELECT {x:String}", {"x": "it's data"})
     """
 
-    def __init__(self, location: StoreLocation, client: Any) -> None:
+    def __init__(self, location: StoreLocation, client: Any, *, shares: Store | None = None) -> None:
+        """``shares``: another handle on that store's client (e.g. one that counts a job's reads):
+        it takes the same lock and schema record, and closing it leaves the client open."""
         self.location = location
         self.client = client
         # clickhouse-connect clients are not safe for concurrent queries on one session, and the
         # embedded engine is one per process anyway: one lock keeps receivers, jobs and API calls
         # from interleaving on the same client.
-        self._lock = threading.RLock()
+        self._lock: threading.RLock = shares._lock if shares is not None else threading.RLock()
         # What storage.ensure_schema applied through this store: later calls are a set lookup.
-        self.schema_lock = threading.Lock()
-        self.schema_applied: set[tuple[str, int]] = set()
+        self.schema_lock: threading.Lock = shares.schema_lock if shares is not None else threading.Lock()
+        self.schema_applied: set[tuple[str, int]] = shares.schema_applied if shares is not None else set()
+        self._owns_client = shares is None
         self._closed = False
 
     @property
@@ -259,7 +262,8 @@ class Store:
         with self._lock:
             if not self._closed:
                 self._closed = True
-                self.client.close()
+                if self._owns_client:
+                    self.client.close()
 
     def __enter__(self) -> Store:
         return self

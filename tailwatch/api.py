@@ -41,26 +41,25 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from storage import Store, TailwatchError
+from storage import Store, TailwatchError, parse_time
 from tailwatch.config import TailwatchConfig
+from tailwatch.remote import EXPORT_REPORT_HEADER
+from tailwatch.service_schema import recent_job_runs
 
-__all__ = ["ARROW_STREAM", "EXPORT_REPORT_HEADER", "ServiceApi", "api_routes", "parse_time"]
+__all__ = ["ARROW_STREAM", "ServiceApi", "api_routes"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
-EXPORT_REPORT_HEADER = "X-Tailwatch-Export-Report"
 
 
 class _BadRequest(Exception):
     pass
 
 
-def parse_time(value: str, name: str) -> datetime:
-    """An ISO 8601 instant as a UTC datetime (naive values are taken as UTC)."""
+def _time_param(value: str, name: str) -> datetime:
     try:
-        parsed = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise _BadRequest(f"{name}: not an ISO 8601 time: {value!r}") from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        return parse_time(value)
+    except ValueError as exc:
+        raise _BadRequest(f"{name}: {exc}") from None
 
 
 def _json_default(value: object) -> object:
@@ -225,11 +224,14 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             raise _BadRequest(f"missing query parameter {missing[0]!r}")
         if bool(q.get("baseline_start")) != bool(q.get("baseline_end")):
             raise _BadRequest("give both baseline_start and baseline_end, or neither")
-        start, end = parse_time(q["start"], "start"), parse_time(q["end"], "end")
+        start, end = _time_param(q["start"], "start"), _time_param(q["end"], "end")
         if end <= start:
             raise _BadRequest("end must be after start")
         baseline = (
-            (parse_time(q["baseline_start"], "baseline_start"), parse_time(q["baseline_end"], "baseline_end"))
+            (
+                _time_param(q["baseline_start"], "baseline_start"),
+                _time_param(q["baseline_end"], "baseline_end"),
+            )
             if q.get("baseline_start")
             else (None, None)
         )
@@ -242,7 +244,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
     def alerts_route(request: Request, body: bytes) -> Response:
         q = request.query_params
         since = (
-            parse_time(q["include_resolved_since"], "include_resolved_since")
+            _time_param(q["include_resolved_since"], "include_resolved_since")
             if q.get("include_resolved_since")
             else None
         )
@@ -263,8 +265,8 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         from dashboards import export_dashboards
 
         body = _request_json(raw)
-        start = parse_time(body["start"], "start") if body.get("start") else None
-        end = parse_time(body["end"], "end") if body.get("end") else None
+        start = _time_param(body["start"], "start") if body.get("start") else None
+        end = _time_param(body["end"], "end") if body.get("end") else None
         formats = body.get("formats") or ["html"]
         if not isinstance(formats, list) or any(f not in ("html", "png") for f in formats):
             raise _BadRequest("formats: a list of 'html' and/or 'png'")
@@ -295,7 +297,6 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         )
 
     def jobs_route(request: Request, body: bytes) -> Response:
-        from tailwatch.service import recent_job_runs
 
         try:
             limit = int(request.query_params.get("limit", "100"))

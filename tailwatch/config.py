@@ -57,9 +57,9 @@ from pydantic import (
     model_validator,
 )
 
-from collectors.settings import PipelineSettings
-from slo_rules.rules import MAX_DURATION_S
-from storage import StoreError, StoreLocation, TailwatchError, default_store_dsn, parse_dsn
+from collectors import PipelineSettings
+from storage import StoreError, StoreLocation, TailwatchError, default_store_dsn, format_duration, parse_dsn
+from storage import parse_duration as storage_parse_duration
 
 if TYPE_CHECKING:
     from analytics import Conventions
@@ -67,12 +67,16 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONFIG_ENV",
+    "DASHBOARDS_URL_ENV",
     "DEFAULT_CONFIG_FILE",
     "ENV_VARS",
     "INGEST_TOKEN_ENV",
     "JOB_NAMES",
     "SECRET_PATH_HOSTS",
+    "SPOOL_DIR_ENV",
     "STORE_ENV",
+    "WEBHOOK_SECRET_ENV",
+    "WEBHOOK_URL_ENV",
     "ConfigError",
     "EnvVar",
     "JobName",
@@ -103,12 +107,25 @@ INGEST_TOKEN_ENV = "TAILWATCH_INGEST_TOKEN"  # noqa: S105 (a variable name, not 
 
 DEFAULT_CONFIG_FILE = "tailwatch.toml"
 
+SPOOL_DIR_ENV = "TAILWATCH_SPOOL_DIR"
+"""Directory of the fsync'd ingest spool (default: beside an embedded store)."""
+
+WEBHOOK_URL_ENV = "TAILWATCH_WEBHOOK_URL"
+"""Adds one Alertmanager-format webhook receiver (``alerts evaluate``/``deliver``, ``serve``)."""
+
+WEBHOOK_SECRET_ENV = "TAILWATCH_WEBHOOK_SECRET"  # noqa: S105 (a variable name, not a secret)
+"""The HMAC secret the example config and ``alerts evaluate --webhook`` sign webhook bodies with."""
+
+DASHBOARDS_URL_ENV = "TAILWATCH_DASHBOARDS_URL"
+"""Base URL of the dashboards as on-call reaches them, linked from every alert."""
+
 
 def resolve_dsn(dsn: str | None = None) -> str:
-    """Argument, then ``TAILWATCH_STORE``, then the embedded default."""
+    """Argument, then ``TAILWATCH_STORE``, then the config file's ``store`` (``--config`` is
+    ``serve``'s; here ``TAILWATCH_CONFIG`` or ``./tailwatch.toml``), then the embedded default."""
     if dsn:
         return dsn
-    return os.environ.get(STORE_ENV, "").strip() or default_store_dsn()
+    return os.environ.get(STORE_ENV, "").strip() or load_config().store
 
 
 @dataclass(frozen=True)
@@ -125,16 +142,19 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar(STORE_ENV, "store", "store DSN (chdb:///abs/path or http(s)://user:pw@host:port/db)"),
     EnvVar("TAILWATCH_OTLP_HTTP", "receiver.otlp_http", "OTLP/HTTP listen address HOST:PORT or off"),
     EnvVar("TAILWATCH_OTLP_GRPC", "receiver.otlp_grpc", "OTLP/gRPC listen address HOST:PORT or off"),
-    # The ingest names are the collectors' own (collectors.settings), so `collect` and `serve` agree.
+    # `collect` and `serve` both build their pipeline settings from these (TailwatchConfig.pipeline_settings).
     EnvVar("TAILWATCH_BATCH_ROWS", "ingest.batch_rows", "rows per insert batch"),
     EnvVar("TAILWATCH_FLUSH_INTERVAL_S", "ingest.flush_interval", "longest wait before a partial batch"),
     EnvVar("TAILWATCH_MAX_QUEUE_SPANS", "ingest.max_queue_spans", "bound of the ingest queue (spans)"),
-    EnvVar("TAILWATCH_SPOOL_DIR", "ingest.spool_dir", "directory of the fsync'd ingest spool"),
+    EnvVar(SPOOL_DIR_ENV, "ingest.spool_dir", "directory of the fsync'd ingest spool"),
     EnvVar("TAILWATCH_SPOOL", "ingest.spool", "spool acknowledged spans before the insert (true/false)"),
     EnvVar("TAILWATCH_MAX_REQUEST_BYTES", "ingest.max_request_bytes", "body limit of one export"),
     EnvVar("TAILWATCH_MAX_QUEUE_BYTES", "ingest.max_queue_bytes", "bound of the ingest queue (bytes)"),
     EnvVar(
         "TAILWATCH_MAX_INFLIGHT_BYTES", "ingest.max_inflight_bytes", "bytes of OTLP/HTTP bodies read at once"
+    ),
+    EnvVar(
+        "TAILWATCH_NATIVE_INSERT", "ingest.native_insert", "let ClickHouse decode raw exports (true/false)"
     ),
     EnvVar("TAILWATCH_TOKEN_ENV", "auth.token_env", "name of the variable holding the bearer token"),
     EnvVar("TAILWATCH_SCHEDULE_ENABLED", "schedule.enabled", "run the scheduled jobs (true/false)"),
@@ -144,9 +164,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("TAILWATCH_SCHEDULE_DASHBOARDS", "schedule.dashboards", "dashboard export schedule"),
     EnvVar("TAILWATCH_ANALYSIS_WINDOW", "analysis.window", "window the analysis job covers, ending now"),
     EnvVar("TAILWATCH_DASHBOARDS_DIR", "dashboards.out_dir", "directory of the exported dashboards"),
-    EnvVar("TAILWATCH_DASHBOARDS_URL", "dashboards.public_url", "base URL of /dashboards in alert links"),
+    EnvVar(DASHBOARDS_URL_ENV, "dashboards.public_url", "base URL of /dashboards in alert links"),
     EnvVar("TAILWATCH_RULES", "rules.files", f"rule files, separated by '{os.pathsep}'", "list"),
-    EnvVar("TAILWATCH_WEBHOOK_URL", "notify.webhook", "adds one Alertmanager-format webhook", "webhook"),
+    EnvVar(WEBHOOK_URL_ENV, "notify.webhook", "adds one Alertmanager-format webhook", "webhook"),
     EnvVar("TAILWATCH_LOG_FORMAT", "log.format", "plain or json"),
     EnvVar("TAILWATCH_LOG_LEVEL", "log.level", "debug, info, warning or error"),
 )
@@ -165,38 +185,12 @@ JOB_NAMES: tuple[JobName, ...] = ("rollup", "analyze", "evaluate", "dashboards")
 LogFormat = Literal["plain", "json"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION_HINT = 'a duration such as "500ms", "2s", "5m", "1h", "1d"'
 
 
 def parse_duration(value: object) -> float:
-    """Seconds from ``"500ms"``, ``"2s"``, ``"5m"``, ``"1h"``, ``"1d"`` or a number of seconds."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected {_DURATION_HINT}, got {value!r}")
-    if isinstance(value, int | float):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"expected {_DURATION_HINT}, got {value!r}")
-        # A bare number is seconds (TAILWATCH_FLUSH_INTERVAL_S=0.5).
-        seconds = float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"]
-    else:
-        raise ValueError(f"expected {_DURATION_HINT}, got {value!r}")
-    if seconds <= 0:
-        raise ValueError(f"a duration must be positive, got {value!r}")
-    if seconds > MAX_DURATION_S:  # longer is a typo, and overflows date arithmetic
-        raise ValueError(f"a duration must be at most 3650d, got {value!r}")
-    return seconds
-
-
-def format_duration(seconds: float) -> str:
-    for unit in ("d", "h", "m", "s"):
-        size = _UNIT_SECONDS[unit]
-        if seconds >= size and (seconds / size).is_integer():
-            return f"{int(seconds / size)}{unit}"
-    return f"{round(seconds * 1000)}ms"
+    """Seconds, in the one duration grammar (:func:`storage.parse_duration`)."""
+    return storage_parse_duration(value).total_seconds()
 
 
 Duration = Annotated[float, BeforeValidator(parse_duration)]
@@ -357,6 +351,7 @@ class IngestConfig(_Section):
     max_request_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
     max_queue_bytes: int = Field(default=PipelineSettings.max_queue_bytes, ge=1024)
     max_inflight_bytes: int = Field(default=PipelineSettings.max_inflight_bytes, ge=1024)
+    native_insert: bool = PipelineSettings.native_insert
 
     @field_validator("spool_dir")
     @classmethod
@@ -533,6 +528,19 @@ class TailwatchConfig(_Section):
         if not self.ingest.spool:
             return None
         return self.ingest.spool_dir or default_spool_dir(parse_dsn(self.store))
+
+    def pipeline_settings(self) -> PipelineSettings:
+        """The ingest pipeline's settings: the one place ``collect``, ``serve`` and ``ingest`` get them."""
+        return PipelineSettings(
+            batch_rows=self.ingest.batch_rows,
+            flush_interval_s=self.ingest.flush_interval,
+            max_queue_spans=self.ingest.max_queue_spans,
+            max_queue_bytes=self.ingest.max_queue_bytes,
+            spool_dir=self.spool_dir(),
+            max_request_bytes=self.ingest.max_request_bytes,
+            max_inflight_bytes=self.ingest.max_inflight_bytes,
+            native_insert=self.ingest.native_insert,
+        )
 
     def dashboard_url(self) -> str | None:
         """Base URL of ``/dashboards`` for links in alerts."""

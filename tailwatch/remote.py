@@ -2,14 +2,16 @@
 
 ``tailwatch serve`` with a ``chdb://`` store writes ``<store dir>/tailwatch-service.json`` (its API
 URL, pid and the name of the token variable) once listening, and removes it at exit. A command
-that gets :class:`~storage.StoreInUseError` from ``open_store`` asks :func:`for_store`
-for a :class:`RemoteService` and calls the same operation over HTTP::
+opens its store through :func:`store_or_service`, the one place that decides between the two: the
+store itself, or — when a running service holds it — a :class:`RemoteService` answering the same
+operation over HTTP::
 
-    try:
-        store = open_store(dsn)
-    except StoreInUseError as exc:
-        service = remote.for_store(dsn, exc)     # or raises one line saying why not
-        payload = service.analyze(start, end)
+    target = store_or_service(dsn)              # or raises one line saying why neither works
+    if isinstance(target, RemoteService):
+        payload = target.analyze_json(start, end)
+    else:
+        with target as store:
+            ...
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import os
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -27,30 +29,19 @@ from typing import Any
 import httpx
 import polars as pl
 
-from storage import StoreInUseError, parse_dsn
-from tailwatch.api import EXPORT_REPORT_HEADER
+from dashboards import ExportReport
+from storage import Store, StoreInUseError, open_store, parse_dsn, parse_time
 from tailwatch.config import INGEST_TOKEN_ENV, resolve_dsn
 
-__all__ = ["RemoteExport", "RemoteService", "ServiceUnavailableError", "find_service", "for_store"]
+__all__ = ["RemoteService", "ServiceUnavailableError", "find_service", "for_store", "store_or_service"]
 
 SERVICE_FILE = "tailwatch-service.json"
-
-
-@dataclass
-class RemoteExport:
-    """What a remote dashboard export wrote (the fields of ``dashboards.ExportReport``)."""
-
-    files: list[Path]
-    analysis_run_id: str | None
-    start: datetime | None = None
-    end: datetime | None = None
-    computed: bool = False
-    alerts: int = 0
-    notes: list[str] = field(default_factory=list)
+# The summary of a dashboard export the API sends beside the zip of its files.
+EXPORT_REPORT_HEADER = "X-Tailwatch-Export-Report"
 
 
 def _time(value: object) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    return parse_time(value) if isinstance(value, str) and value else None
 
 
 class ServiceUnavailableError(StoreInUseError):
@@ -170,7 +161,7 @@ class RemoteService:
         start: datetime | None = None,
         end: datetime | None = None,
         formats: Sequence[str] = ("html",),
-    ) -> RemoteExport:
+    ) -> ExportReport:
         """Export through the service and unpack the files into ``out_dir``."""
         body = {
             "start": start.isoformat() if start else None,
@@ -191,7 +182,7 @@ class RemoteService:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(archive.read(name))
                 files.append(out_dir / target.relative_to(root))
-        return RemoteExport(
+        return ExportReport(
             files=files,
             analysis_run_id=summary.get("analysis_run_id"),
             start=_time(summary.get("start")),
@@ -216,3 +207,12 @@ def for_store(dsn: str | None, cause: StoreInUseError | None = None) -> RemoteSe
             "`tailwatch serve` with OTLP/HTTP enabled so read commands can go through its API"
         ) from cause
     return RemoteService(endpoint, resolved)
+
+
+def store_or_service(dsn: str | None) -> Store | RemoteService:
+    """What a read command reads: the store (never created by a read), or the service that owns it."""
+    resolved = resolve_dsn(dsn)
+    try:
+        return open_store(resolved, create=False)
+    except StoreInUseError as exc:
+        return for_store(resolved, exc)

@@ -41,12 +41,12 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from analytics import Conventions
-from collectors import IngestPipeline, PipelineSettings, Receivers
+from collectors import IngestPipeline, IngestRuntime
 from slo_rules import NotifierConfig, RuleSet
 from storage import Store, TailwatchError, open_store, parse_dsn
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.remote import SERVICE_FILE
-from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE
+from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, recent_job_runs
 
 __all__ = [
     "Job",
@@ -86,12 +86,11 @@ class _CountingStore(Store):
     """The service's store as one job run sees it: the same client, counting rows read.
 
     It shares the service store's lock (the client is one session and the embedded engine one per
-    process, so every caller must serialize on the same lock) and never closes the client.
+    process, so every caller must serialize on the same lock); closing it leaves the client open.
     """
 
     def __init__(self, inner: Store) -> None:
-        super().__init__(inner.location, inner.client)
-        self._lock = inner._lock
+        super().__init__(inner.location, inner.client, shares=inner)
         self.rows_read = 0
 
     def query_arrow(
@@ -113,9 +112,6 @@ class _CountingStore(Store):
         rows = super().query_rows(sql, parameters, settings)
         self.rows_read += len(rows)
         return rows
-
-    def close(self) -> None:
-        """The service owns the client; a job closing its view must not close it."""
 
 
 @dataclass(frozen=True)
@@ -432,17 +428,6 @@ class JobRunner:
                 log.error("could not record the %s run of job %s: %s", run.status, run.job, exc)
 
 
-def recent_job_runs(store: Store, limit: int = 100) -> list[dict[str, Any]]:
-    """The newest job runs, newest first (``GET /api/v1/jobs``)."""
-    rows = store.query_rows(
-        "SELECT job, run_id, instance, started_at, finished_at, status, error, rows_read "
-        f"FROM {store.table(JOB_RUNS_TABLE)} ORDER BY started_at DESC LIMIT {{limit:UInt32}}",
-        {"limit": limit},
-    )
-    keys = ("job", "run_id", "instance", "started_at", "finished_at", "status", "error", "rows_read")
-    return [dict(zip(keys, row, strict=True)) for row in rows]
-
-
 # ---------------------------------------------------------------------------------------------
 # The stage calls
 # ---------------------------------------------------------------------------------------------
@@ -584,14 +569,17 @@ class Service:
         self.registry = registry if registry is not None else CollectorRegistry()
         self._jobs_override = jobs
         self.store: Store | None = None
-        self.pipeline: IngestPipeline | None = None
-        self.receivers: Receivers | None = None
+        self.ingest: IngestRuntime | None = None
         self.runner: JobRunner | None = None
         self.rules = _Rules(config.rules.files)
         self.api_url: str | None = None
         self._service_file: Path | None = None
 
     # The URL alerts link to: configured, else this service's own /dashboards once listening.
+    @property
+    def pipeline(self) -> IngestPipeline | None:
+        return self.ingest.pipeline if self.ingest is not None else None
+
     def dashboard_url(self) -> str | None:
         if self.config.dashboards.public_url:
             return self.config.dashboards.public_url.rstrip("/")
@@ -612,22 +600,12 @@ class Service:
         self.store = open_store(config.store)
         try:
             ensure_schema(self.store)
-            settings = PipelineSettings(
-                batch_rows=config.ingest.batch_rows,
-                flush_interval_s=config.ingest.flush_interval,
-                max_queue_spans=config.ingest.max_queue_spans,
-                spool_dir=config.spool_dir(),
-                max_request_bytes=config.ingest.max_request_bytes,
-                max_queue_bytes=config.ingest.max_queue_bytes,
-                max_inflight_bytes=config.ingest.max_inflight_bytes,
-            )
-            self.pipeline = IngestPipeline(self.store, settings, registry=self.registry)
-            self.pipeline.start()
             token = config.auth.token()
             run_job = self._run_job_for_api if config.schedule.enabled else None
             api = ServiceApi(self.store, config, token=token, run_job=run_job)
-            self.receivers = Receivers(
-                self.pipeline,
+            self.ingest = IngestRuntime(
+                self.store,
+                config.pipeline_settings(),
                 http=config.receiver.otlp_http,
                 grpc=config.receiver.otlp_grpc,
                 token=token,
@@ -635,15 +613,12 @@ class Service:
                 registry=self.registry,
                 ready=lambda: self.runner is None or self.runner.alive,
             )
-            try:
-                self.receivers.start()
-            except OSError as exc:  # a taken port: one line for the user, not a traceback
-                raise ServiceError(str(exc)) from None
+            self.ingest.start()
             if config.receiver.otlp_http:
                 host = config.receiver.otlp_http.rpartition(":")[0]
                 if host in ("0.0.0.0", "::", "[::]", ""):  # noqa: S104 (reach a wildcard bind via loopback)
                     host = "127.0.0.1"
-                self.api_url = f"http://{host}:{self.receivers.http_port}"
+                self.api_url = f"http://{host}:{self.ingest.http_port}"
             if config.schedule.enabled:
                 if jobs is None:
                     jobs = default_jobs(config, rules=self.rules, dashboard_url=self.dashboard_url)
@@ -659,7 +634,7 @@ class Service:
             "tailwatch serving store %s; OTLP/HTTP %s, OTLP/gRPC %s",
             parse_dsn(config.store).redacted(),
             self.api_url or "off",
-            f"{config.receiver.otlp_grpc.rpartition(':')[0]}:{self.receivers.grpc_port}"
+            f"{config.receiver.otlp_grpc.rpartition(':')[0]}:{self.ingest.grpc_port if self.ingest else 0}"
             if config.receiver.otlp_grpc
             else "off",
         )
@@ -677,12 +652,9 @@ class Service:
         self._remove_service_file()
         if self.runner is not None and self.runner.scheduler.running:
             self.runner.scheduler.shutdown(wait=False)
-        if self.receivers is not None:
-            self.receivers.stop()
-            self.receivers = None
-        if self.pipeline is not None:
-            self.pipeline.stop(timeout_s=max(1.0, deadline - time.monotonic()))
-            self.pipeline = None
+        if self.ingest is not None:
+            self.ingest.stop(timeout_s=max(1.0, deadline - time.monotonic()))
+            self.ingest = None
         if self.runner is not None:
             clean = self.runner.stop(max(0.0, deadline - time.monotonic()))
             if not clean:

@@ -1,4 +1,4 @@
-"""The service's own tables: the record of every scheduled job run, and the scheduler lease.
+"""The service's own tables (the record of every scheduled job run, the scheduler lease) and their reads.
 
 ``tailwatch_job_runs`` is append-only history (one row per run, whatever its outcome), kept for
 90 days. ``tailwatch_scheduler_lease`` holds one logical row per lease name; instances append
@@ -7,12 +7,14 @@ renewals and readers take the newest, so no update or transaction is needed on a
 
 from __future__ import annotations
 
-from storage import DDLContext, Migration, register_migrations
+from typing import Any
+
+from storage import DDLContext, Migration, Store, register_migrations
 
 JOB_RUNS_TABLE = "tailwatch_job_runs"
 LEASE_TABLE = "tailwatch_scheduler_lease"
 
-__all__ = ["JOB_RUNS_TABLE", "LEASE_TABLE", "MIGRATIONS"]
+__all__ = ["JOB_RUNS_TABLE", "LEASE_TABLE", "MIGRATIONS", "recent_job_runs"]
 
 
 def _job_runs(ctx: DDLContext) -> list[str]:
@@ -54,3 +56,14 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 
 register_migrations(MIGRATIONS)
+
+
+def recent_job_runs(store: Store, limit: int = 100) -> list[dict[str, Any]]:
+    """The newest job runs, newest first (``GET /api/v1/jobs``)."""
+    rows = store.query_rows(
+        "SELECT job, run_id, instance, started_at, finished_at, status, error, rows_read "
+        f"FROM {store.table(JOB_RUNS_TABLE)} ORDER BY started_at DESC LIMIT {{limit:UInt32}}",
+        {"limit": limit},
+    )
+    keys = ("job", "run_id", "instance", "started_at", "finished_at", "status", "error", "rows_read")
+    return [dict(zip(keys, row, strict=True)) for row in rows]

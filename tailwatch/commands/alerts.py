@@ -5,34 +5,26 @@ from __future__ import annotations
 import json
 import os
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import click
 import polars as pl
 
-from slo_rules import NotifierConfig, WebhookConfig, deliver, evaluate, list_alerts, load_rules
-from slo_rules.outbox import DeliveryReport
-from slo_rules.rules import parse_duration
-from storage import StoreInUseError, open_store
-from tailwatch.commands._common import store_option
-
-WEBHOOK_ENV = "TAILWATCH_WEBHOOK_URL"
-WEBHOOK_SECRET_ENV = "TAILWATCH_WEBHOOK_SECRET"  # noqa: S105 - the variable's name, not a secret
-DASHBOARD_URL_ENV = "TAILWATCH_DASHBOARD_URL"
-
-
-def _parse_time(value: str | None, option: str) -> datetime | None:
-    if value is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        raise click.BadParameter(
-            f"{value!r} is not an ISO 8601 time, e.g. 2026-11-02T09:00:00Z", param_hint=option
-        ) from None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+from slo_rules import (
+    DeliveryReport,
+    NotifierConfig,
+    WebhookConfig,
+    deliver,
+    evaluate,
+    list_alerts,
+    load_rules,
+)
+from storage import open_store, utc_now
+from tailwatch.commands._common import DURATION, ISO_TIME, store_option
+from tailwatch.config import DASHBOARDS_URL_ENV, WEBHOOK_SECRET_ENV, WEBHOOK_URL_ENV, resolve_dsn
+from tailwatch.remote import RemoteService, store_or_service
 
 
 def _notifiers(webhook: str | None) -> list[NotifierConfig]:
@@ -47,9 +39,9 @@ def _webhook_option(func: Any) -> Any:
     return click.option(
         "--webhook",
         metavar="URL",
-        envvar=WEBHOOK_ENV,
+        envvar=WEBHOOK_URL_ENV,
         default=None,
-        help=f"Alertmanager-format webhook receiver [env {WEBHOOK_ENV}; "
+        help=f"Alertmanager-format webhook receiver [env {WEBHOOK_URL_ENV}; "
         f"signed with ${WEBHOOK_SECRET_ENV} if set].",
     )(func)
 
@@ -73,7 +65,7 @@ def alerts() -> None:
 
 @alerts.command("evaluate")
 @store_option
-@click.option("--at", "at_text", metavar="ISO8601", help="Evaluation time [default: now].")
+@click.option("--at", "at", type=ISO_TIME, default=None, help="Evaluation time [default: now].")
 @click.option(
     "--rules",
     "rule_files",
@@ -84,13 +76,13 @@ def alerts() -> None:
 @_webhook_option
 @click.option(
     "--dashboard-url",
-    envvar=DASHBOARD_URL_ENV,
+    envvar=DASHBOARDS_URL_ENV,
     metavar="URL",
-    help=f"Base URL of the exported dashboards, linked from every alert [env {DASHBOARD_URL_ENV}].",
+    help=f"Base URL of the exported dashboards, linked from every alert [env {DASHBOARDS_URL_ENV}].",
 )
 def evaluate_command(
     store_dsn: str | None,
-    at_text: str | None,
+    at: datetime | None,
     rule_files: tuple[Path, ...],
     webhook: str | None,
     dashboard_url: str | None,
@@ -99,10 +91,10 @@ def evaluate_command(
 
     Exits 1 when a rule could not be evaluated (its alerts keep their state).
     """
-    at = _parse_time(at_text, "--at") or datetime.now(UTC)
+    at = at or utc_now()
     rules = load_rules(list(rule_files) or None)
     notifiers = _notifiers(webhook)
-    with open_store(store_dsn) as store:
+    with open_store(resolve_dsn(store_dsn)) as store:
         result = evaluate(store, rules, at, notifiers=notifiers, dashboard_url=dashboard_url)
         report = deliver(store, notifiers) if notifiers else None
     for error in result.errors:
@@ -129,17 +121,13 @@ def evaluate_command(
     "--since",
     default="24h",
     show_default=True,
-    metavar="DURATION",
+    type=DURATION,
     help="Also show alerts resolved within this long (e.g. 1h, 7d).",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def list_command(store_dsn: str | None, since: str, fmt: str) -> None:
+def list_command(store_dsn: str | None, since: timedelta, fmt: str) -> None:
     """Firing, pending and recently resolved alerts with their cause."""
-    try:
-        window = parse_duration(since)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--since") from None
-    cutoff = datetime.now(UTC) - window
+    cutoff = utc_now() - since
     frame = _list(store_dsn, cutoff)
     if fmt == "json":
         rows = [
@@ -165,14 +153,10 @@ def list_command(store_dsn: str | None, since: str, fmt: str) -> None:
 
 
 def _list(store_dsn: str | None, cutoff: datetime) -> pl.DataFrame:
-    try:
-        opened = open_store(store_dsn, create=False)
-    except StoreInUseError as exc:
-        # A running `tailwatch serve` owns the embedded store: ask its API for the same frame.
-        from tailwatch import remote
-
-        return remote.for_store(store_dsn, exc).list_alerts(cutoff)
-    with opened as store:
+    target = store_or_service(store_dsn)
+    if isinstance(target, RemoteService):
+        return target.list_alerts(cutoff)
+    with target as store:
         return list_alerts(store, include_resolved_since=cutoff)
 
 
@@ -185,7 +169,7 @@ def deliver_command(store_dsn: str | None, webhook: str | None) -> None:
     Exits 1 when notifications remain undelivered (listed one per line).
     """
     notifiers = _notifiers(webhook)
-    with open_store(store_dsn) as store:
+    with open_store(resolve_dsn(store_dsn)) as store:
         report = deliver(store, notifiers, force=True)
     click.echo(f"delivery: {report}")
     _report_undelivered(report)

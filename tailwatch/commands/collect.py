@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
-from dataclasses import replace
 from pathlib import Path
 from types import FrameType
 
 import click
 
-from collectors.settings import (
-    DEFAULT_GRPC_ADDRESS,
-    DEFAULT_HTTP_ADDRESS,
-    INGEST_TOKEN_ENV,
-    SPOOL_DIR_ENV,
-    PipelineSettings,
-    parse_address,
-)
-from storage import TailwatchError, open_store, parse_dsn
-from tailwatch.commands._common import store_option
-from tailwatch.config import default_spool_dir, resolve_dsn
+from collectors import IngestRuntime, PipelineSettings
+from storage import open_store, parse_dsn
+from tailwatch.commands._common import command_config, store_option
+from tailwatch.config import SPOOL_DIR_ENV
 
 
 def _address(value: str) -> str | None:
@@ -32,17 +23,15 @@ def _address(value: str) -> str | None:
 @store_option
 @click.option(
     "--otlp-http",
-    default=DEFAULT_HTTP_ADDRESS,
-    show_default=True,
+    default=None,
     metavar="HOST:PORT",
-    help="OTLP/HTTP listen address ('off' to disable; port 0 picks a free port).",
+    help="OTLP/HTTP listen address ('off' to disable; port 0 picks a free port) [127.0.0.1:4318].",
 )
 @click.option(
     "--otlp-grpc",
-    default=DEFAULT_GRPC_ADDRESS,
-    show_default=True,
+    default=None,
     metavar="HOST:PORT",
-    help="OTLP/gRPC listen address ('off' to disable).",
+    help="OTLP/gRPC listen address ('off' to disable) [127.0.0.1:4317].",
 )
 @click.option(
     "--spool-dir",
@@ -72,8 +61,8 @@ def _address(value: str) -> str | None:
 )
 def collect(
     store_dsn: str | None,
-    otlp_http: str,
-    otlp_grpc: str,
+    otlp_http: str | None,
+    otlp_grpc: str | None,
     spool_dir: Path | None,
     no_spool: bool,
     batch_rows: int | None,
@@ -85,26 +74,20 @@ def collect(
     Set TAILWATCH_INGEST_TOKEN to require `Authorization: Bearer <token>` on both protocols.
     Binds loopback by default; give another HOST explicitly to accept remote exporters.
     """
-    from collectors.pipeline import IngestPipeline
-    from collectors.receivers import Receivers
-
-    location = parse_dsn(resolve_dsn(store_dsn))
-    spool = None if no_spool else (spool_dir or default_spool_dir(location))
-    settings = PipelineSettings.from_env(
-        batch_rows=batch_rows,
-        flush_interval_s=flush_interval,
-        max_queue_spans=max_queue_spans,
-        spool_dir=spool,
+    config = command_config(
+        store_dsn,
+        **{
+            "receiver.otlp_http": otlp_http,
+            "receiver.otlp_grpc": otlp_grpc,
+            "ingest.spool_dir": spool_dir,
+            "ingest.spool": False if no_spool else None,
+            "ingest.batch_rows": batch_rows,
+            "ingest.flush_interval": flush_interval,
+            "ingest.max_queue_spans": max_queue_spans,
+        },
     )
-    if no_spool:  # explicit: also over TAILWATCH_SPOOL_DIR
-        settings = replace(settings, spool_dir=None)
-    http, grpc = _address(otlp_http), _address(otlp_grpc)
-    # Addresses are checked before the store and spool are opened, so a typo costs nothing.
-    if http:
-        parse_address(http, what="the OTLP/HTTP address")
-    if grpc:
-        parse_address(grpc, what="the OTLP/gRPC address")
-    token = os.environ.get(INGEST_TOKEN_ENV, "").strip() or None
+    location = parse_dsn(config.store)
+    settings = config.pipeline_settings()
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -113,26 +96,27 @@ def collect(
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         with open_store(location.dsn) as store:
-            pipeline = IngestPipeline(store, settings)
-            pipeline.start()
-            if pipeline.replayed:
-                click.echo(f"tailwatch collect: replayed {pipeline.replayed} spans from the spool", err=True)
-            receivers = Receivers(pipeline, http=http, grpc=grpc, token=token)
+            runtime = IngestRuntime(
+                store,
+                settings,
+                http=config.receiver.otlp_http,
+                grpc=config.receiver.otlp_grpc,
+                token=config.auth.token(),
+            )
+            runtime.start()
             try:
-                try:
-                    receivers.start()
-                except OSError as exc:  # a taken port or an unknown host: one line, not a traceback
-                    raise TailwatchError(str(exc)) from None
-                if receivers.http_address:
-                    host = receivers.http_address[0]
+                if runtime.replayed:
                     click.echo(
-                        f"tailwatch collect: otlp/http listening on {host}:{receivers.http_port}", err=True
+                        f"tailwatch collect: replayed {runtime.replayed} spans from the spool", err=True
                     )
-                if receivers.grpc_address:
-                    host = receivers.grpc_address[0]
-                    click.echo(
-                        f"tailwatch collect: otlp/grpc listening on {host}:{receivers.grpc_port}", err=True
-                    )
+                for protocol, address, port in (
+                    ("http", runtime.receivers.http_address, runtime.http_port),
+                    ("grpc", runtime.receivers.grpc_address, runtime.grpc_port),
+                ):
+                    if address:
+                        click.echo(
+                            f"tailwatch collect: otlp/{protocol} listening on {address[0]}:{port}", err=True
+                        )
                 click.echo(
                     f"tailwatch collect: writing to {location.redacted()}"
                     + (f", spool {settings.spool_dir}" if settings.spool_dir else ", no spool"),
@@ -142,9 +126,8 @@ def collect(
                     pass
                 click.echo("tailwatch collect: stopping, flushing the queue", err=True)
             finally:
-                receivers.stop()
-                clean = pipeline.stop(timeout_s=60.0)
-            inserted = pipeline.inserted + pipeline.replayed
+                clean = runtime.stop(timeout_s=60.0)
+            inserted = runtime.pipeline.inserted + runtime.replayed
             click.echo(
                 f"tailwatch collect: stopped; {inserted} spans inserted"
                 + ("" if clean else " (some spans left in the spool for the next start)"),

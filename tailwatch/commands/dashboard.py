@@ -2,42 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
-from storage import StoreInUseError, open_store
-from tailwatch.commands._common import store_option
+from tailwatch.commands._common import ISO_TIME, store_option
+from tailwatch.remote import RemoteService, store_or_service
 
 if TYPE_CHECKING:
-    from dashboards import ExportReport
-    from tailwatch.remote import RemoteExport
-
-
-class _ISOTime(click.ParamType):
-    """An ISO 8601 instant; one without an offset is UTC (the same rule as ``tailwatch analyze``)."""
-
-    name = "ISO8601"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
-        if isinstance(value, datetime):
-            parsed = value
-        else:
-            text = str(value).strip()
-            if text.endswith(("Z", "z")):
-                text = text[:-1] + "+00:00"
-            try:
-                parsed = datetime.fromisoformat(text)
-            except ValueError:
-                self.fail(f"{value!r} is not an ISO 8601 time (e.g. 2026-11-02T08:00:00Z)", param, ctx)
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=UTC)
-        return parsed.astimezone(UTC)
-
-
-ISO_TIME = _ISOTime()
+    pass
 
 
 @click.group()
@@ -78,21 +53,16 @@ def export(
     persisted analysis covers is analysed (and persisted) first. PNG needs Chromium: BROWSER_PATH
     or chromium on PATH.
     """
-    from dashboards import export_dashboards
-    from dashboards.export import check_formats, check_window
+    from dashboards import check_formats, check_window, export_dashboards
 
     chosen = check_formats(formats)
     check_window(start, end)
-    report: ExportReport | RemoteExport
-    try:
-        opened = open_store(store_dsn, create=False)
-    except StoreInUseError as exc:
+    target = store_or_service(store_dsn)
+    if isinstance(target, RemoteService):
         # A running `tailwatch serve` owns the embedded store: it exports, we unpack the files.
-        from tailwatch import remote
-
-        report = remote.for_store(store_dsn, exc).export_dashboards(out_dir, start, end, chosen)
+        report = target.export_dashboards(out_dir, start, end, chosen)
     else:
-        with opened as store:
+        with target as store:
             report = export_dashboards(store, out_dir, start, end, formats=chosen)
     for path in report.files:
         click.echo(str(path))

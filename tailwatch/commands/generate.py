@@ -2,29 +2,19 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import click
 from tqdm import tqdm
 
-from demo.generator import FILE_FORMATS, SCENARIOS, Workload, parse_scenarios, write_otlp_file
+from demo import FILE_FORMATS, SCENARIOS, Workload, parse_scenarios, write_otlp_file
+from tailwatch.commands._common import ISO_TIME
 
 SCENARIO_HELP = (
     f"Scenario to switch on (repeatable or comma-separated): {', '.join(SCENARIOS)}; "
     "'all' (the default) or 'none' for healthy traffic only."
 )
-
-
-def parse_end(value: str | None) -> datetime | None:
-    """``--end`` as ISO 8601; a naive time is UTC."""
-    if value is None:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise click.BadParameter(f"not an ISO 8601 time: {value!r}", param_hint="--end") from exc
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 @click.command("generate")
@@ -38,7 +28,7 @@ def parse_end(value: str | None) -> datetime | None:
 @click.option("--scale", type=click.FloatRange(min=0.01, max=1000), default=1.0, show_default=True)
 @click.option("--scenario", "scenario_names", multiple=True, metavar="NAME", help=SCENARIO_HELP)
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same spans.")
-@click.option("--end", "end", metavar="ISO8601", help="End of the simulated period [default: now].")
+@click.option("--end", "end", type=ISO_TIME, default=None, help="End of the simulated period [default: now].")
 @click.option("--days", type=click.IntRange(min=2, max=60), default=3, show_default=True)
 @click.option("--format", "file_format", type=click.Choice(FILE_FORMATS), help="Override the extension.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -47,14 +37,14 @@ def generate(
     scale: float,
     scenario_names: tuple[str, ...],
     seed: int,
-    end: str | None,
+    end: datetime | None,
     days: int,
     file_format: str | None,
     quiet: bool,
 ) -> None:
     """Write simulated AI-product traffic (the demo's scenarios) as OTLP files for `tailwatch ingest`."""
     scenarios = parse_scenarios(scenario_names or None)
-    workload = Workload(scenarios, scale=scale, seed=seed, end=parse_end(end), days=days)
+    workload = Workload(scenarios, scale=scale, seed=seed, end=end, days=days)
     with tqdm(
         total=workload.estimated_traces(), unit="trace", desc="generate", disable=quiet, leave=False
     ) as bar:

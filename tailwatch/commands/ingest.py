@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from collectors.settings import PipelineSettings
+from collectors import PipelineSettings, ingest_files
 from storage import open_store
-from tailwatch.commands._common import store_option
+from tailwatch.commands._common import command_config, store_option
 
 
 @click.command()
@@ -34,11 +34,10 @@ def ingest(store_dsn: str | None, files: tuple[Path, ...], batch_rows: int, prog
 
     Invalid spans are rejected and counted; an unreadable file is reported and skipped (exit 1).
     """
-    from collectors.ingest_files import ingest_files
-
     show = sys.stderr.isatty() if progress is None else progress
-    native = PipelineSettings.from_env().native_insert  # TAILWATCH_NATIVE_INSERT=false → Arrow path
-    with open_store(store_dsn) as store:
+    config = command_config(store_dsn)
+    native = config.ingest.native_insert  # TAILWATCH_NATIVE_INSERT=false → the Arrow path
+    with open_store(config.store) as store:
         report = ingest_files(
             store, files, batch_rows=batch_rows, progress=show, progress_file=sys.stderr, native=native
         )

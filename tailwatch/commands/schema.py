@@ -41,7 +41,7 @@ def print_ddl(cluster: str | None, ttl_days: int | None, database: str | None, s
 @store_option
 def apply(cluster: str | None, ttl_days: int | None, store_dsn: str | None) -> None:
     """Create the schema in the store (idempotent; records applied migrations)."""
-    with open_store(store_dsn) as store:
+    with open_store(resolve_dsn(store_dsn)) as store:
         report = ensure_schema(store, cluster=cluster, ttl_days=ttl_days)
     for label in report.applied:
         click.echo(f"applied  {label}")

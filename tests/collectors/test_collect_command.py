@@ -25,7 +25,9 @@ def test_a_taken_port_is_one_error_line(store_dsn: str) -> None:
 def test_bad_addresses_and_settings_are_rejected(store_dsn: str) -> None:
     result = CliRunner().invoke(main, ["collect", "--store", store_dsn, "--otlp-http", "localhost"])
     assert result.exit_code == 2
-    assert "the OTLP/HTTP address must be HOST:PORT" in result.output
+    # Options resolve like every other setting: the message names the key and where it came from.
+    assert "receiver.otlp_http: expected HOST:PORT" in result.output
+    assert "(--otlp-http)" in result.output
     result = CliRunner().invoke(
         main, ["collect", "--store", store_dsn, "--batch-rows", "500", "--max-queue-spans", "100"]
     )

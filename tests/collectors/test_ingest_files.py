@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from google.protobuf import json_format
 
-from collectors.ingest_files import ingest_files
+from collectors.files import ingest_files
 from collectors.spans import read_spans
 from storage import Store, open_store
 from tailwatch.cli import main

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.spans import insert_spans
+from collectors import insert_spans
 from dashboards import VIEWS, export_dashboards, write_dashboards
 from storage import Store
 from tests.dashboards.browser import chromium, open_page

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from collectors.spans import insert_spans
+from collectors import insert_spans
 from dashboards import (
     VIEWS,
     DashboardError,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import plotly.graph_objects as go
 import polars as pl
 import pytest
 
+from analytics import Analysis
 from dashboards import NO_ALERTS_TEXT, VIEWS, build_figures
 from dashboards.figures import MAX_PANELS, hot_path_figure
 from dashboards.style import INTERNAL, LLM, esc, naive_utc
@@ -24,12 +26,12 @@ from tests.dashboards.frames import (
 
 
 @pytest.fixture(scope="module")
-def analysis() -> Any:
+def analysis() -> Analysis:
     return sample_analysis(hostile=True)
 
 
 @pytest.fixture(scope="module")
-def figures(analysis: Any) -> dict[str, go.Figure]:
+def figures(analysis: Analysis) -> dict[str, go.Figure]:
     return build_figures(analysis, sample_alerts(hostile=True))
 
 
@@ -62,7 +64,7 @@ def test_build_figures_returns_every_view(figures: dict[str, go.Figure]) -> None
     assert all(isinstance(f, go.Figure) for f in figures.values())
 
 
-def test_hot_path_traces_match_series_and_releases(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_hot_path_traces_match_series_and_releases(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["hot_path"]
     for service, operation in analysis.hot_path.select("service", "operation").iter_rows():
         series = analysis.hot_path_series.filter(
@@ -93,7 +95,7 @@ def test_hot_path_traces_match_series_and_releases(analysis: Any, figures: dict[
     assert "p99 coupled to releases" in labels and "+800 ms/release" in labels
 
 
-def test_cold_path_traces_match(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_cold_path_traces_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["cold_path"]
     for queue in analysis.cold_path["queue"]:
         name = esc(queue)
@@ -119,7 +121,7 @@ def test_cold_path_traces_match(analysis: Any, figures: dict[str, go.Figure]) ->
     assert "<b>STARVED · p99/p50 60×</b>" in notes and "p99/p50 2.0×" in notes
 
 
-def test_abandonment_traces_match(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_abandonment_traces_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["abandonment"]
     buckets = analysis.abandonment.sort("lo_ms")
     rate = _one(fig, "abandonment rate (95% Wilson interval)")
@@ -139,7 +141,7 @@ def test_abandonment_traces_match(analysis: Any, figures: dict[str, go.Figure]) 
     assert "<b>cliff ≥ 2,000 ms</b>" in labels and "p99 2,050 ms" in labels
 
 
-def test_retry_traces_match(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_retry_traces_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["retries"]
     name = esc(HOSTILE_FLAG)
     hops = analysis.retry_hops.sort("hop_index")
@@ -158,7 +160,7 @@ def test_retry_traces_match(analysis: Any, figures: dict[str, go.Figure]) -> Non
     assert list(tokens.text) == ["+16.2% tokens"]
 
 
-def test_attribution_split_and_spans_match(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_attribution_split_and_spans_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["attribution"]
     for a in analysis.attribution.iter_rows(named=True):
         who = {"c0": esc(a["service"]), "c1": esc(a["operation"])}
@@ -192,7 +194,7 @@ def test_attribution_split_and_spans_match(analysis: Any, figures: dict[str, go.
     assert "HotPathP99Regression (resolved, cause llm)" in titles
 
 
-def test_alerts_timeline_matches_history(analysis: Any, figures: dict[str, go.Figure]) -> None:
+def test_alerts_timeline_matches_history(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["alerts"]
     alerts = sample_alerts(hostile=True)
     firing = _one(fig, "firing")
@@ -212,14 +214,14 @@ def test_alerts_timeline_matches_history(analysis: Any, figures: dict[str, go.Fi
 
 
 @pytest.mark.parametrize("alerts", [None, "empty"])
-def test_no_alerts_is_said_explicitly(analysis: Any, alerts: Any) -> None:
+def test_no_alerts_is_said_explicitly(analysis: Analysis, alerts: Any) -> None:
     frame = None if alerts is None else sample_alerts().clear()
     fig = build_figures(analysis, frame)["alerts"]
     assert [a.text for a in fig.layout.annotations] == [NO_ALERTS_TEXT]
     assert list(fig.layout.xaxis.range) == [naive_utc(analysis.start), naive_utc(analysis.end)]
 
 
-def test_empty_window_draws_a_message_per_view(analysis: Any) -> None:
+def test_empty_window_draws_a_message_per_view(analysis: Analysis) -> None:
     figures = build_figures(empty_like(analysis), None)
     for view, fig in figures.items():
         assert len(fig.data) == 0, view
@@ -263,7 +265,7 @@ def test_llm_and_internal_colours_are_the_same_everywhere(figures: dict[str, go.
                 assert LLM not in colours and INTERNAL not in colours, trace.name
 
 
-def test_busiest_operations_only_beyond_the_panel_limit(analysis: Any) -> None:
+def test_busiest_operations_only_beyond_the_panel_limit(analysis: Analysis) -> None:
     many = analysis.hot_path_series.head(0)
     summaries = []
     for i in range(MAX_PANELS + 3):
@@ -284,13 +286,11 @@ def test_busiest_operations_only_beyond_the_panel_limit(analysis: Any) -> None:
                 [("svc", f"op{i:02d}", START, 10, 1.0, 2.0, 3.0, 0.0)], schema=many.schema, orient="row"
             )
         )
-    variant = type(analysis)(
-        **{
-            **{f: getattr(analysis, f) for f in analysis.__dataclass_fields__},
-            "hot_path": pl.DataFrame(summaries),
-            "hot_path_series": many,
-            "releases": analysis.releases.head(0),
-        }
+    variant = replace(
+        analysis,
+        hot_path=pl.DataFrame(summaries),
+        hot_path_series=many,
+        releases=analysis.releases.head(0),
     )
     fig = hot_path_figure(variant)
     shown = {t.customdata[0][1] for t in fig.data if t.name == "p99"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from collectors.spans import SpanRow
+from collectors import SpanRow
 from tests.analytics.builders import S, at, cold_job, dt, hot_request, scenario_llm_regression, workflow_run
 from tests.dashboards.frames import HOSTILE, HOSTILE_FLAG
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from collectors.spans import insert_spans
+from collectors import insert_spans
 from slo_rules import (
     PagerDutyConfig,
     WebhookConfig,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from collectors.spans import insert_spans
+from collectors import insert_spans
 from storage import ensure_schema, open_store
 from tailwatch.cli import main
 from tests.analytics import builders as b

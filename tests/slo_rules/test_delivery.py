@@ -22,11 +22,10 @@ from slo_rules import (
     PagerDutyConfig,
     SlackConfig,
     WebhookConfig,
-    build_notifier,
     deliver,
     verify_signature,
 )
-from slo_rules.notifiers import AlertPayload
+from slo_rules.notifiers import AlertPayload, build_notifier
 from slo_rules.outbox import enqueue, outbox_rows
 from storage import Store, ensure_schema, open_store
 from tests.slo_rules.receivers import Received, Receiver

@@ -11,11 +11,13 @@ from typing import Any
 import polars as pl
 import pytest
 
-from slo_rules import WebhookConfig, burn_rate, fingerprint, list_alerts
+from analytics import FRAME_SCHEMAS
+from slo_rules import WebhookConfig, list_alerts
 from slo_rules.engine import evaluate_with
+from slo_rules.kinds import burn_rate
 from slo_rules.outbox import outbox_rows
 from slo_rules.rules import rules_from_text
-from slo_rules.state import advance
+from slo_rules.state import advance, fingerprint
 from storage import Store, open_store
 
 T = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)
@@ -47,7 +49,9 @@ class SyntheticSource:
     def analysis(
         self, start: datetime, end: datetime, bs: datetime | None = None, be: datetime | None = None
     ) -> Any:
-        return SimpleNamespace(**self.analysis_frames)
+        # Every frame of a real analysis, empty unless the test gives it.
+        empty = {name: pl.DataFrame(schema=schema) for name, schema in FRAME_SCHEMAS.items()}
+        return SimpleNamespace(**(empty | self.analysis_frames))
 
 
 SLO = """

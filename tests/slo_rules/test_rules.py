@@ -13,10 +13,9 @@ from slo_rules.rules import (
     DEFAULT_BURN_RATES,
     LatencySloRule,
     P99RegressionRule,
-    format_duration,
-    parse_duration,
     rules_from_text,
 )
+from storage import format_duration, parse_duration
 
 HERE = Path(__file__).parent
 CONTRACT = HERE / "contract_rules.yaml"
@@ -95,7 +94,7 @@ def test_every_problem_has_its_line(tmp_path: Path) -> None:
         (2, "rules[0].threshold_ms: required key is missing"),
         (5, "rules[0].treshold_ms: unknown key (did you mean 'threshold_ms'?)"),
         (6, "rules[0].target: Input should be less than 1"),
-        (7, "rules[0].window: invalid duration '30x': use a number and a unit, e.g. 30s, 5m, 1h, 1d"),
+        (7, "rules[0].window: invalid duration '30x': use a number and a unit, e.g. 500ms, 30s, 5m, 1h, 1d"),
         (
             9,
             "rules[1].kind: unknown rule kind 'p99_rgression'; allowed kinds: latency_slo, p99_regression, "
@@ -213,7 +212,9 @@ def test_durations() -> None:
     assert parse_duration("1h30m") == timedelta(minutes=90)
     assert parse_duration("500ms") == timedelta(milliseconds=500)
     assert parse_duration(90) == timedelta(seconds=90)
-    for bad in ("", "5", "1x", "-1h", "0s", True):
+    # A bare number is seconds whether YAML reads it as a number or as a string (storage's grammar).
+    assert parse_duration("5") == timedelta(seconds=5)
+    for bad in ("", "1x", "-1h", "0s", "5 parsecs", True):
         with pytest.raises(ValueError):
             parse_duration(bad)
     assert [format_duration(parse_duration(s)) for s in ("30d", "1h", "5m", "90s", "2w", "500ms")] == [

@@ -127,6 +127,27 @@ def test_precedence_argument_env_file_default(tmp_path: Path) -> None:
     assert config.schedule.dashboards.seconds == 3600.0
 
 
+def test_pipeline_settings_come_from_the_one_resolution(tmp_path: Path) -> None:
+    # `collect`, `serve` and `ingest` build their pipeline from the same keys, so a variable set for
+    # one is honoured by all (TAILWATCH_NATIVE_INSERT once worked for `collect` only).
+    path = _write(tmp_path, "[ingest]\nbatch_rows = 700\nmax_queue_spans = 9000\n")
+    env = {
+        "TAILWATCH_FLUSH_INTERVAL_S": "0.5",
+        "TAILWATCH_NATIVE_INSERT": "off",
+        "TAILWATCH_MAX_QUEUE_BYTES": "1048576",
+        "TAILWATCH_MAX_INFLIGHT_BYTES": "2097152",
+    }
+    settings = load_config(path, env=env, overrides={"ingest.max_queue_spans": 5000}).pipeline_settings()
+    assert (settings.batch_rows, settings.flush_interval_s, settings.max_queue_spans) == (700, 0.5, 5000)
+    assert (settings.max_queue_bytes, settings.max_inflight_bytes) == (1024 * 1024, 2 * 1024 * 1024)
+    assert settings.native_insert is False
+    assert settings.spool_dir is not None  # spooled by default, beside the store
+    with pytest.raises(ConfigError, match=r"ingest.native_insert: .*\(environment TAILWATCH_NATIVE_INSERT\)"):
+        load_config(env={"TAILWATCH_NATIVE_INSERT": "maybe"}, use_default_file=False)
+    with pytest.raises(ConfigError, match=r"ingest.batch_rows: .*\(environment TAILWATCH_BATCH_ROWS\)"):
+        load_config(env={"TAILWATCH_BATCH_ROWS": "lots"}, use_default_file=False)
+
+
 def test_config_file_from_env_and_relative_paths(tmp_path: Path) -> None:
     (tmp_path / "rules.yaml").write_text("rules: []\n")
     path = _write(tmp_path, '[dashboards]\nout_dir = "dash"\n[rules]\nfiles = ["rules.yaml"]\n', "x.toml")

@@ -106,7 +106,7 @@ def test_analyze_goes_through_the_running_service(tmp_path: Path) -> None:
         assert table.exit_code == 0 and "verdict=llm" in table.output
 
         bad = httpx.get(f"{service.api_url}/api/v1/analyze", params={"start": "yesterday", "end": "now"})
-        assert bad.status_code == 400 and "start: not an ISO 8601 time" in bad.json()["error"]
+        assert bad.status_code == 400 and "is not an ISO 8601 time" in bad.json()["error"]
         # Regression: a window beyond what a span can carry was a 500; now it says what is allowed.
         wide = httpx.get(
             f"{service.api_url}/api/v1/analyze", params={"start": "0001-01-01", "end": "9999-12-31"}

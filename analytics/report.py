@@ -1,0 +1,237 @@
+"""The analysis as readable text: ``tailwatch analyze --format table``, one function per section.
+
+It renders the JSON object of :meth:`Analysis.to_dict` (not the frames), so the text a command
+prints from a remote service's answer and from a local analysis is the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_table"]
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return lines
+
+
+def _hot_path(data: dict[str, Any]) -> list[str]:
+    """Per operation latency percentiles, then the releases that moved them."""
+    out: list[str] = []
+    out += ["HOT PATH (latency ms; exact percentiles, linear interpolation)"]
+    out += _table(
+        [
+            "service",
+            "operation",
+            "requests",
+            "p50",
+            "p95",
+            "p99",
+            "p99.9",
+            "sync LLM/req",
+            "releases",
+            "coupled",
+        ],
+        [
+            [
+                h["service"],
+                h["operation"],
+                _fmt(h["requests"]),
+                _fmt(h["p50_ms"]),
+                _fmt(h["p95_ms"]),
+                _fmt(h["p99_ms"]),
+                _fmt(h["p999_ms"]),
+                _fmt(h["sync_llm_calls_per_request"], 2),
+                _fmt(h["release_coupling"]["releases"]),
+                _fmt(h["release_coupling"]["coupled"]),
+            ]
+            for h in data["hot_path"]
+        ],
+    )
+    release_rows = [
+        [
+            h["service"],
+            h["operation"],
+            r["version"],
+            _fmt(r["released_at"]),
+            _fmt(r["p99_before_ms"]),
+            _fmt(r["p99_after_ms"]),
+            _fmt(r["p99_delta_ms"]),
+            _fmt(r["significant"]),
+            f"{_fmt(r['sync_llm_calls_per_request_before'], 2)} → "
+            f"{_fmt(r['sync_llm_calls_per_request_after'], 2)}",
+        ]
+        for h in data["hot_path"]
+        for r in h["releases"]
+    ]
+    if release_rows:
+        out += ["", "RELEASES"]
+        out += _table(
+            [
+                "service",
+                "operation",
+                "version",
+                "released",
+                "p99 before",
+                "p99 after",
+                "Δp99",
+                "significant",
+                "sync LLM/req",
+            ],
+            release_rows,
+        )
+    return out
+
+
+def _cold_path(data: dict[str, Any]) -> list[str]:
+    """Per queue enqueue-to-ready percentiles, wait and processing split."""
+    out: list[str] = []
+    out += ["COLD PATH (enqueue-to-ready s)"]
+    out += _table(
+        [
+            "queue",
+            "jobs",
+            "pending",
+            "p50",
+            "p95",
+            "p99",
+            "p99.9",
+            "wait p99",
+            "proc p99",
+            "p99/p50",
+            "starved",
+        ],
+        [
+            [
+                c["queue"],
+                _fmt(c["jobs"]),
+                _fmt(c["pending"]),
+                _fmt(c["p50_s"], 2),
+                _fmt(c["p95_s"], 2),
+                _fmt(c["p99_s"], 2),
+                _fmt(c["p999_s"], 2),
+                _fmt(c["queue_wait_p99_s"], 2),
+                _fmt(c["processing_p99_s"], 2),
+                _fmt(c["p99_over_p50"]),
+                _fmt(c["starved"]),
+            ]
+            for c in data["cold_path"]
+        ],
+    )
+    return out
+
+
+def _abandonment(data: dict[str, Any]) -> list[str]:
+    """Per operation abandonment curve and cliff."""
+    out: list[str] = []
+    out += ["ABANDONMENT (rate by response-time bucket)"]
+    for a in data["abandonment"]:
+        curve = "  ".join(
+            f"{b['lo_ms']}:{b['rate'] * 100:.1f}%" for b in a["buckets"] if b["rate"] is not None
+        )
+        out.append(f"{a['service']} {a['operation']}  cliff_ms={_fmt(a['cliff_ms'])}  {curve}")
+    return out
+
+
+def _retries(data: dict[str, Any]) -> list[str]:
+    """Per workflow retry, token and modeled amplification."""
+    out: list[str] = []
+    out += ["RETRY AMPLIFICATION"]
+    for r in data["retry_amplification"]:
+        hops = ", ".join(f"{h['hop']} {h['retry_rate'] * 100:.1f}%" for h in r["hops"])
+        out.append(
+            f"{r['workflow']}  runs={r['runs']}  attempts×{_fmt(r['attempt_amplification'], 3)}  "
+            f"tokens×{_fmt(r['token_amplification'], 3)}  "
+            f"modeled×{_fmt(r['modeled_amplification'], 3)}  [{hops}]"
+        )
+    return out
+
+
+def _llm_calls(data: dict[str, Any]) -> list[str]:
+    """Per provider/model calls and attempts as sent over the wire."""
+    out: list[str] = []
+    out += ["LLM CALLS (attempts as sent over the wire; rates of attempts, retries per call)"]
+    out += _table(
+        [
+            "provider",
+            "model",
+            "calls",
+            "sync",
+            "cold share",
+            "attempts",
+            "errors",
+            "429",
+            "retries",
+            "backoff s",
+            "tokens",
+        ],
+        [
+            [
+                c["provider"],
+                c["model"],
+                _fmt(c["calls"]),
+                _fmt(c["sync_calls"]),
+                _fmt(c["cold_share"], 3),
+                _fmt(c["attempts"]),
+                _fmt(c["error_rate"], 3),
+                _fmt(c["throttle_rate"], 3),
+                _fmt(c["retry_rate"], 3),
+                _fmt(c["backoff_ms"] / 1000.0 if c["backoff_ms"] is not None else None, 1),
+                _fmt(c["tokens"]),
+            ]
+            for c in data.get("llm_calls", [])
+        ],
+    )
+    return out
+
+
+def _attribution(data: dict[str, Any]) -> list[str]:
+    """Per operation p99 change split into LLM and internal time."""
+    out: list[str] = []
+    out += ["ATTRIBUTION (p99 change vs baseline, critical path of tail traces)"]
+    for a in data["attribution"]:
+        out.append(
+            f"{a['service']} {a['operation']}  "
+            f"p99 {_fmt(a['baseline_p99_ms'])} → {_fmt(a['current_p99_ms'])} ms "
+            f"(Δ {_fmt(a['delta_ms'])})  verdict={a['verdict']}  llm {a['llm_share'] * 100:.0f}% / "
+            f"internal {a['internal_share'] * 100:.0f}%"
+        )
+        for s in a["top_spans"][:5]:
+            model = f" [{s['provider']}/{s['model']}]" if s["model"] else ""
+            out.append(f"    {s['class']:<8} {s['span_name']}{model}  Δ {_fmt(s['delta_ms'])} ms")
+        for g in a["llm_signals"]:
+            out.append(
+                f"    {g['provider']}/{g['model']}: errors {_fmt(g['error_rate_baseline'], 3)}→"
+                f"{_fmt(g['error_rate_current'], 3)}  429 {_fmt(g['throttle_rate_baseline'], 3)}→"
+                f"{_fmt(g['throttle_rate_current'], 3)}  retries {_fmt(g['retry_rate_baseline'], 3)}→"
+                f"{_fmt(g['retry_rate_current'], 3)}  cold share {_fmt(g['cold_share_baseline'], 3)}→"
+                f"{_fmt(g['cold_share_current'], 3)}"
+            )
+        if a["exemplar_trace_ids"]:
+            out.append(f"    exemplars: {' '.join(a['exemplar_trace_ids'])}")
+    return out
+
+
+_SECTIONS = (_hot_path, _cold_path, _abandonment, _retries, _llm_calls, _attribution)
+
+
+def render_table(data: dict[str, Any]) -> str:
+    """The JSON object of one analysis (:meth:`Analysis.to_dict`) as plain text sections."""
+    w = data["window"]
+    out = [f"window   {w['start']} → {w['end']}", f"baseline {w['baseline_start']} → {w['baseline_end']}"]
+    for section in _SECTIONS:
+        out += ["", *section(data)]
+    return "\n".join(out)

@@ -1,0 +1,230 @@
+"""Attribution: each operation's p99 change against the baseline, split into LLM and internal time.
+
+Per operation the split and the spans behind it; then the exemplar slow traces and, when there are
+LLM spans, their error, 429, retry and cold-path rates per provider and model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+import plotly.graph_objects as go
+import polars as pl
+from plotly.subplots import make_subplots
+
+from analytics import Analysis
+from dashboards import style
+from dashboards.style import esc, esc_all
+from dashboards.views._common import (
+    MAX_PANELS,
+    VIEW_TITLES,
+    empty_figure,
+    fmt_ms,
+    left_out,
+    op_label,
+    rows_of,
+)
+
+__all__ = ["EXEMPLARS", "TOP_SPANS", "attribution_figure"]
+
+TOP_SPANS: Final = 8
+EXEMPLARS: Final = 3
+
+
+def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -> go.Figure:
+    """Per operation: the p99 delta split into LLM vs internal, the spans behind it, exemplars, signals."""
+    attribution = analysis.attribution
+    if not attribution.height:
+        return empty_figure("attribution", analysis, "no hot-path operation to compare with the baseline")
+    ordered = attribution.sort(
+        ["delta_ms", "service", "operation"], descending=[True, False, False], nulls_last=True
+    )
+    ops = list(ordered.select("service", "operation").iter_rows())[:MAX_PANELS]
+    signals = analysis.llm_signals
+    titles: list[str] = []
+    for service, operation in ops:
+        a = rows_of(attribution, service, operation).row(0, named=True)
+        title = (
+            f"{op_label(service, operation)}: p99 {fmt_ms(a['baseline_p99_ms'])} → "
+            f"{fmt_ms(a['current_p99_ms'])} "
+            f"({_fmt_delta(a['delta_ms'])}), verdict <b>{esc(a['verdict'])}</b>"
+        )
+        fired = _alerts_for(alerts, service, operation)
+        if fired:
+            title += f"<br>alerts: {fired}"
+        titles += [title, "top spans behind the change (Δ ms on the critical path)"]
+    rows = len(ops)
+    specs: list[list[dict[str, Any] | None]] = [[{"type": "xy"}, {"type": "xy"}] for _ in ops]
+    specs.append([{"type": "table", "colspan": 2}, None])
+    titles.append("Exemplar slow traces (at or above the current p99)")
+    if signals.height:
+        specs.append([{"type": "table", "colspan": 2}, None])
+        titles.append("LLM signals per provider/model: baseline → current")
+    # Pixel heights per row: charts get room, tables only what their rows need.
+    pixels = [260] * rows + [60 + 36 * rows]
+    if signals.height:
+        pixels.append(70 + 34 * signals.height)
+    gap = 120  # room for a row's x-axis title and the next row's two-line headline
+    total = sum(pixels) + gap * (len(pixels) - 1)
+    fig = make_subplots(
+        rows=len(specs),
+        cols=2,
+        specs=specs,
+        subplot_titles=titles,
+        column_widths=[0.42, 0.58],
+        row_heights=[p / sum(pixels) for p in pixels],
+        vertical_spacing=gap / total,
+        horizontal_spacing=0.22,
+    )
+    # The operation's headline spans the row: anchor it at the left edge instead of centring it
+    # over the narrow first column.
+    for i in range(rows):
+        fig.layout.annotations[2 * i].update(x=0.0, xanchor="left", align="left")
+    for row, (service, operation) in enumerate(ops, start=1):
+        a = rows_of(attribution, service, operation).row(0, named=True)
+        who = [esc(service), esc(operation)]
+        for cls, column, colour, share in (
+            ("LLM", "llm_delta_ms", style.LLM, a["llm_share"]),
+            ("internal", "internal_delta_ms", style.INTERNAL, a["internal_share"]),
+        ):
+            fig.add_trace(
+                go.Bar(
+                    x=[a[column]],
+                    y=["Δ p99"],
+                    orientation="h",
+                    name=cls,
+                    legendgroup=cls,
+                    showlegend=row == 1,
+                    marker={"color": colour},
+                    text=[f"{cls} {_fmt_delta(a[column])}" + ("" if share is None else f" ({share:.0%})")],
+                    textposition="inside",
+                    customdata=[[*who, cls, "n/a" if share is None else f"{share:.0%}"]],
+                    hovertemplate=(
+                        "%{customdata[0]} · %{customdata[1]}<br>%{customdata[2]} share of the p99 delta: "
+                        "%{x:+,.0f} ms (%{customdata[3]})<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=1,
+            )
+        spans = rows_of(analysis.attribution_spans, service, operation)
+        spans = (
+            spans.with_columns(pl.col("delta_ms").abs().alias("_abs"))
+            .sort(["_abs", "span_name"], descending=[True, False])
+            .head(TOP_SPANS)
+            .reverse()  # largest at the top of a horizontal bar chart
+        )
+        for cls, colour in (("llm", style.LLM), ("internal", style.INTERNAL)):
+            part = spans.filter(pl.col("class") == cls)
+            if not part.height:
+                continue
+            fig.add_trace(
+                go.Bar(
+                    x=part["delta_ms"].to_list(),
+                    y=esc_all(part["span_name"].to_list()),
+                    orientation="h",
+                    name="LLM" if cls == "llm" else "internal",
+                    legendgroup="LLM" if cls == "llm" else "internal",
+                    showlegend=False,
+                    marker={"color": colour},
+                    customdata=[
+                        [*who, esc(p or "—"), esc(m or "—")]
+                        for p, m in zip(part["provider"].to_list(), part["model"].to_list(), strict=True)
+                    ],
+                    hovertemplate=(
+                        "%{customdata[0]} · %{customdata[1]}<br>span %{y}<br>Δ %{x:+,.0f} ms<br>"
+                        "provider %{customdata[2]}, model %{customdata[3]}<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=2,
+            )
+        fig.update_xaxes(title_text="Δ p99 (ms)", zeroline=True, row=row, col=1)
+        fig.update_xaxes(title_text="Δ ms", zeroline=True, row=row, col=2)
+        fig.update_yaxes(type="category", categoryorder="trace", row=row, col=2)
+    fig.update_layout(barmode="relative")
+    fig.add_trace(_exemplar_table(ordered.head(MAX_PANELS)), row=rows + 1, col=1)
+    if signals.height:
+        fig.add_trace(_signals_table(signals), row=rows + 2, col=1)
+    extra = left_out(len(ops), attribution.height, "operations")
+    subtitle = (
+        f"{style.fmt_window(analysis.start, analysis.end)} vs baseline "
+        f"{style.fmt_window(analysis.baseline_start, analysis.baseline_end)}"
+    )
+    if extra:
+        subtitle += f" · {extra}"
+    height = 170 + total
+    fig.update_layout(**style.base_layout(VIEW_TITLES["attribution"], subtitle, height))
+    return fig
+
+
+def _fmt_delta(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+,.0f} ms"
+
+
+def _alerts_for(alerts: pl.DataFrame | None, service: str, operation: str) -> str:
+    """The alerts that name this operation, escaped, most recent status of each."""
+    if alerts is None or not alerts.height or "service" not in alerts.columns:
+        return ""
+    mine = (
+        alerts.filter((pl.col("service") == service) & (pl.col("operation") == operation))
+        .sort("at")
+        .unique(subset=["fingerprint"], keep="last", maintain_order=True)
+    )
+    return ", ".join(
+        f"{esc(r['alertname'])} ({esc(r['status'])}, cause {esc(r['cause'] or 'n/a')})"
+        for r in mine.iter_rows(named=True)
+    )
+
+
+def _exemplar_table(attribution: pl.DataFrame) -> go.Table:
+    ops = [op_label(s, o) for s, o in zip(attribution["service"], attribution["operation"], strict=True)]
+    exemplars = [
+        ", ".join(esc_all((ids or [])[:EXEMPLARS])) or "—"
+        for ids in attribution["exemplar_trace_ids"].to_list()
+    ]
+    return go.Table(
+        columnwidth=[0.3, 0.12, 0.58],
+        header={
+            "values": ["operation", "verdict", "exemplar trace ids"],
+            "align": "left",
+            "fill_color": "#eee",
+        },
+        cells={"values": [ops, esc_all(attribution["verdict"].to_list()), exemplars], "align": "left"},
+    )
+
+
+def _signals_table(signals: pl.DataFrame) -> go.Table:
+    def pair(row: dict[str, Any], name: str) -> str:
+        b, c = row[f"{name}_baseline"], row[f"{name}_current"]
+        return f"{_pct(b)} → {_pct(c)}"
+
+    rows = list(signals.iter_rows(named=True))
+    columns: list[Sequence[str]] = [
+        [op_label(r["service"], r["operation"]) for r in rows],
+        [f"{esc(r['provider'] or '—')} / {esc(r['model'] or '—')}" for r in rows],
+        [pair(r, "error_rate") for r in rows],
+        [pair(r, "throttle_rate") for r in rows],
+        [pair(r, "retry_rate") for r in rows],
+        [pair(r, "cold_share") for r in rows],
+    ]
+    return go.Table(
+        header={
+            "values": [
+                "operation",
+                "provider / model",
+                "error rate",
+                "429 rate",
+                "retry rate",
+                "cold-path share",
+            ],
+            "align": "left",
+            "fill_color": "#eee",
+        },
+        cells={"values": columns, "align": "left"},
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
