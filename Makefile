@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit bench browser clean
+.PHONY: demo test lint typecheck unit bench browser alerting-stack clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,14 @@ browser:
 	  echo "installing Debian's chromium (needed by the dashboard tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+## alerting-stack: Debian's Alertmanager and Prometheus for the alerting tests, when missing
+# The tests start their own instances on free loopback ports; the packages' services are not used.
+alerting-stack:
+	@command -v prometheus-alertmanager >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus-alertmanager and prometheus (needed by the alerting tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	    prometheus-alertmanager prometheus >/dev/null; }
+
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -36,7 +44,7 @@ lint: $(DEV_STAMP)
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy
 
-unit: $(DEV_STAMP) browser
+unit: $(DEV_STAMP) browser alerting-stack
 	$(BIN)/pytest -q
 
 ## test: lint, type check and the whole test suite

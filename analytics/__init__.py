@@ -6,12 +6,14 @@ Public surface::
     from analytics import Conventions, Analysis, analyze, persist_analysis, load_analysis, build_rollups
     analysis = analyze(store, start, end)          # baseline: the window of equal length before start
     analysis.hot_path, analysis.attribution, ...   # Polars frames
+    analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
     run_id = persist_analysis(store, analysis)     # tailwatch_analysis_* tables
 """
 
 from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
+from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
 from analytics.hot_path import latency_good_total
 from analytics.persist import latest_analysis, load_analysis, persist_analysis, runs
@@ -24,6 +26,7 @@ __all__ = [
     "AnalysisError",
     "Conventions",
     "ConventionsError",
+    "Recommendation",
     "SpanClass",
     "Verdict",
     "analyze",

@@ -9,20 +9,13 @@ from typing import Any
 import polars as pl
 
 from analytics.conventions import Conventions
-from storage import TailwatchError
+from storage import TailwatchError, as_utc
 
-__all__ = ["AnalysisError", "Windows", "empty", "first_of_each", "normalize", "series_every", "utc"]
+__all__ = ["AnalysisError", "Windows", "empty", "first_of_each", "normalize", "series_every"]
 
 
 class AnalysisError(TailwatchError, ValueError):
     """The analysis was asked for something it cannot compute (e.g. an empty window)."""
-
-
-def utc(value: datetime, name: str = "time") -> datetime:
-    """A timezone-aware datetime converted to UTC; naive datetimes are refused (ambiguous)."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise AnalysisError(f"{name} {value.isoformat()} has no timezone; pass a UTC-aware datetime")
-    return value.astimezone(UTC)
 
 
 # What the span table's DateTime64(9) holds (and a window's end plus the trace margin stays inside).
@@ -55,7 +48,7 @@ class Windows:
         baseline_start: datetime | None = None,
         baseline_end: datetime | None = None,
     ) -> Windows:
-        start, end = utc(start, "start"), utc(end, "end")
+        start, end = as_utc(start), as_utc(end)
         if end <= start:
             raise AnalysisError(f"end {end.isoformat()} must be after start {start.isoformat()}")
         for name, value in (("start", start), ("end", end)):
@@ -71,7 +64,7 @@ class Windows:
                 )
             bs, be = start - (end - start), start
         else:
-            bs, be = utc(baseline_start, "baseline_start"), utc(baseline_end, "baseline_end")
+            bs, be = as_utc(baseline_start), as_utc(baseline_end)
             _check_range(bs, "baseline_start")
             _check_range(be, "baseline_end")
             if be <= bs:

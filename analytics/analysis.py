@@ -1,8 +1,8 @@
 """One analysis run: every metric over a window and its baseline, as Polars frames and as JSON.
 
 ``analyze`` runs the SQL reads (one query per shape of data: hot-path roots, LLM and workflow spans,
-the spans of the tail and workflow traces, release times, queued jobs) and hands the narrow results
-to the pure metric functions of the sibling modules, overlapping the two.
+the spans of the tail and workflow traces, release times, flag evaluations, queued jobs) and hands
+the narrow results to the pure metric functions of the sibling modules, overlapping the two.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 import polars as pl
@@ -36,6 +36,13 @@ from analytics.attribution import (
     llm_signals,
     tail_spans,
     tail_traces,
+)
+from analytics.boundary import (
+    BOUNDARY_RELEASES_SCHEMA,
+    BOUNDARY_SCHEMA,
+    boundary,
+    counterfactual,
+    with_critical_path,
 )
 from analytics.cold_path import (
     COLD_PATH_CDF_SCHEMA,
@@ -79,8 +86,9 @@ from analytics.retries import (
     workflows_from_spans,
 )
 from analytics.rollups import coverage, long_window_hot_path
+from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
-from storage import Store
+from storage import Store, iso_z
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
 
@@ -100,13 +108,45 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "attribution_spans": ATTRIBUTION_SPANS_SCHEMA,
     "llm_signals": LLM_SIGNALS_SCHEMA,
     "llm_calls": LLM_CALLS_SCHEMA,
+    "boundary": BOUNDARY_SCHEMA,
+    "boundary_releases": BOUNDARY_RELEASES_SCHEMA,
+    "slices": SLICES_SCHEMA,
 }
+
+# The JSON of the boundary and of each slice variant (docs/analytics.md; the frames hold more).
+BOUNDARY_KEYS = [
+    "service",
+    "operation",
+    "requests",
+    "p99_ms",
+    "budget_ms",
+    "budget_source",
+    "requests_over_budget",
+    "requests_over_budget_per_day",
+    "sync_llm_calls_per_request",
+    "p99_without_sync_llm_ms",
+    "requests_over_budget_without_sync_llm",
+    "recommendation",
+    "reasons",
+]
+SLICE_VARIANT_KEYS = [
+    "variant",
+    "requests",
+    "p50_ms",
+    "p99_ms",
+    "abandonment_rate",
+    "abandonment_rate_low",
+    "abandonment_rate_high",
+    "sync_llm_calls_per_request",
+    "cold_p99_s",
+    "p99_delta_ms",
+    "abandonment_delta",
+    "significant",
+]
 
 
 def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return None if value is None else iso_z(value)
 
 
 def _num(value: Any) -> Any:
@@ -153,6 +193,11 @@ class Analysis:
     attribution_spans: pl.DataFrame
     llm_signals: pl.DataFrame
     llm_calls: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=LLM_CALLS_SCHEMA))
+    boundary: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=BOUNDARY_SCHEMA))
+    boundary_releases: pl.DataFrame = dataclass_field(
+        default_factory=lambda: pl.DataFrame(schema=BOUNDARY_RELEASES_SCHEMA)
+    )
+    slices: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=SLICES_SCHEMA))
     bucket_ms: int = 500
     run_id: str = ""
 
@@ -261,6 +306,19 @@ class Analysis:
                     "llm_signals": _records(self.llm_signals.filter(sel), signal_cols),
                 }
             )
+        slices_out = []
+        for (service, operation, flag, control), group in self.slices.group_by(
+            "service", "operation", "flag", "control", maintain_order=True
+        ):
+            slices_out.append(
+                {
+                    "service": service,
+                    "operation": operation,
+                    "flag": flag,
+                    "control": control,
+                    "variants": _records(group, SLICE_VARIANT_KEYS),
+                }
+            )
         return {
             "window": {
                 "start": _iso(self.start),
@@ -274,6 +332,11 @@ class Analysis:
             "retry_amplification": retries_out,
             "attribution": attribution_out,
             "llm_calls": _records(self.llm_calls, list(LLM_CALLS_SCHEMA)),
+            "boundary": [
+                {**row, "reasons": list(row["reasons"] or [])}
+                for row in _records(self.boundary, BOUNDARY_KEYS)
+            ],
+            "slices": slices_out,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -318,8 +381,10 @@ class Analysis:
 
 def _attribution(
     requests: pl.DataFrame, tails: pl.DataFrame, trace_spans: pl.DataFrame, conv: Conventions
-) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-    """Attribution frames and the LLM causes, from the tail traces' spans."""
+) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """Attribution frames, the LLM causes and the LLM time on each walked trace's critical path
+    (``trace_key``, ``llm_ns``: the counterfactual's time for those traces), from the tail traces'
+    spans."""
     tail_spans_ = tail_spans(trace_spans)
     # The tail traces get their ids back from their root spans.
     ids = tail_spans_.filter(pl.col("trace_id") != "").select("trace_key", "trace_id").unique()
@@ -328,7 +393,10 @@ def _attribution(
         tail_spans_.join(tails_with_ids.select("trace_key").unique(), on="trace_key", how="semi")
     )
     attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
-    return attribution, attribution_spans, llm_causes(attribution, attribution_spans)
+    walked = path.group_by("trace_key").agg(
+        pl.col("critical_ns").filter(pl.col("class") == "llm").sum().cast(pl.Int64).alias("llm_ns")
+    )
+    return attribution, attribution_spans, llm_causes(attribution, attribution_spans), walked
 
 
 def analyze(
@@ -375,12 +443,14 @@ def analyze(
             )
         )
         # The last queries are small: they run while the traces are walked. Release times first, so
-        # that the releases are computed while the jobs are read and only the jobs end the run.
+        # that the releases are computed while the flag evaluations and jobs are read and only the
+        # jobs end the run (the slices need both).
         # Each version's first request bounds the search for its first span.
         first_requests = rows.group_by("service", "version").agg(pl.col("start").min())
         release_times_f = sql.submit(
             lambda: fetch_release_times(store, first_requests, windows, conv, coverage(store))
         )
+        flags_f = sql.submit(fetch_flag_evaluations, store, windows, conv)
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
         buckets = abandonment(rows, conv)
         buckets_summary = abandonment_summary(rows, buckets, conv)
@@ -393,6 +463,7 @@ def analyze(
         every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
         requests = with_sync_llm_calls(rows, every_call)
         calls = calls_in_windows(every_call, windows)
+        sync_calls = every_call.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns", "sync")
         del every_call
         del rows
 
@@ -408,8 +479,23 @@ def analyze(
         walk_f = walk.submit(_attribution, requests, tails, trace_spans, conv)
         hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows_f.result(), windows, conv))
         release_rows = releases(requests, release_times_f.result(), conv)
-        attribution, attribution_spans, causes = walk_f.result()
+        # The counterfactual's union of call intervals while the walk runs; the walked tail traces'
+        # critical paths refine it after.
+        current = counterfactual(requests, sync_calls, None, conv)
+        del sync_calls
+        attribution, attribution_spans, causes, walked = walk_f.result()
+        current = with_critical_path(current, walked, conv)
+        boundary_rows, boundary_releases = boundary(
+            current,
+            buckets_summary,
+            buckets,
+            release_rows,
+            (windows.end - windows.start).total_seconds(),
+            conv,
+        )
+        evaluations = flags_f.result()
         jobs = jobs_f.result()
+        slice_rows = slices(current, evaluations, jobs, conv)
         signals = llm_signals(causes, signal_counts(calls))
     finally:
         sql.shutdown(wait=True, cancel_futures=True)
@@ -431,6 +517,9 @@ def analyze(
         attribution_spans=attribution_spans,
         llm_signals=signals,
         llm_calls=llm_calls_summary(calls),
+        boundary=boundary_rows,
+        boundary_releases=boundary_releases,
+        slices=slice_rows,
     )
     return Analysis(
         start=windows.start,

@@ -54,6 +54,9 @@ __all__ = [
 
 JOBS_SCHEMA: dict[str, Any] = {
     "queue": pl.String,
+    # cityHash64(TraceId) of the job's (first) producer: the request that enqueued it, when one did
+    # (analytics.slices: what a variant's users wait for on the cold path).
+    "trace_key": pl.UInt64,
     "enqueued": pl.Datetime("ns", "UTC"),
     "queue_wait_s": pl.Float64,
     "processing_s": pl.Float64,
@@ -109,6 +112,7 @@ JOB_SPANS_SCHEMA: dict[str, Any] = {
     "end_ns": pl.Int64,
     "message_key": pl.UInt64,  # cityHash64(messaging.message.id) of a producer, 0 without one
     "failed": pl.Boolean,  # a run that did not finish its job
+    "trace_key": pl.UInt64,  # cityHash64(TraceId) of a producer or standalone span, 0 for consumers
 }
 
 
@@ -121,7 +125,7 @@ def _cold_roots_marked_in(table: str, column: str) -> str:
 SELECT toUInt8({_STANDALONE}) AS role, cityHash64(TraceId, SpanId) AS job_key, {QUEUE} AS queue,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
-       toUInt64(0) AS message_key, false AS failed
+       toUInt64(0) AS message_key, false AS failed, cityHash64(TraceId) AS trace_key
 FROM {table}
 WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND ParentSpanId = ''
   AND (has(mapKeys({column}), {{cv_path_attr:String}}) OR {{cv_cold:String}} = '')
@@ -143,7 +147,8 @@ SELECT if({KIND} = 'Producer', {_PRODUCER}, {_CONSUMER}) AS role,
        toUnixTimestamp64Nano(Timestamp) AS start_ns,
        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
        if(role = {_PRODUCER} AND {MESSAGE_ID} != '', cityHash64({MESSAGE_ID}), toUInt64(0)) AS message_key,
-       role = {_CONSUMER} AND {RUN_FAILED} AS failed
+       role = {_CONSUMER} AND {RUN_FAILED} AS failed,
+       if(role = {_PRODUCER}, cityHash64(TraceId), toUInt64(0)) AS trace_key
 FROM {table}
 ARRAY JOIN if({KIND} = 'Producer', [(TraceId, SpanId)],
               if(notEmpty(`Links.SpanId`), arrayZip(`Links.TraceId`, `Links.SpanId`),
@@ -165,13 +170,15 @@ def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.D
 
 
 def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
-    """Job spans (:data:`JOB_SPANS_SCHEMA`) → one row per job: ``queue``, ``enqueued_ns``,
-    ``started_ns``/``ended_ns`` (null while no run started) and ``runs``. Producers sharing a message
-    id are one job (a retried task), ready at the end of its first successful run. Duplicate spans
-    change nothing but ``runs``, which counts distinct runs. Pure."""
+    """Job spans (:data:`JOB_SPANS_SCHEMA`) → one row per job: ``queue``, ``trace_key`` (of its
+    first producer), ``enqueued_ns``, ``started_ns``/``ended_ns`` (null while no run started) and
+    ``runs``. Producers sharing a message id are one job (a retried task), ready at the end of its
+    first successful run. Duplicate spans change nothing but ``runs``, which counts distinct runs.
+    Pure."""
     empty_raw = pl.DataFrame(
         schema={
             "queue": pl.String,
+            "trace_key": pl.UInt64,
             "enqueued_ns": pl.Int64,
             "started_ns": pl.Int64,
             "ended_ns": pl.Int64,
@@ -180,12 +187,19 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
     )
     if spans.is_empty():
         return empty_raw
+    if "trace_key" not in spans.columns:
+        spans = spans.with_columns(pl.lit(0, pl.UInt64).alias("trace_key"))
     spans = spans.cast(pl.Schema(JOB_SPANS_SCHEMA))
     role = pl.col("role")
     producers = (
         spans.filter(role == _PRODUCER)
         .group_by("job_key")
-        .agg(pl.col("queue").first(), pl.col("start_ns").min(), pl.col("message_key").first())
+        .agg(
+            pl.col("queue").first(),
+            pl.col("start_ns").min(),
+            pl.col("message_key").first(),
+            pl.col("trace_key").first(),
+        )
         .with_columns(
             pl.when(pl.col("message_key") != 0)
             .then(pl.col("message_key"))
@@ -194,7 +208,9 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
         )
     )
     jobs = producers.group_by("group_key").agg(
-        pl.col("queue").sort_by("start_ns").first(), pl.col("start_ns").min().alias("enqueued_ns")
+        pl.col("queue").sort_by("start_ns").first(),
+        pl.col("trace_key").sort_by("start_ns").first(),
+        pl.col("start_ns").min().alias("enqueued_ns"),
     )
     runs = (
         spans.filter(role == _CONSUMER)
@@ -217,6 +233,7 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
         .group_by("job_key")
         .agg(
             pl.col("queue").first(),
+            pl.col("trace_key").first(),
             pl.col("start_ns").min().alias("enqueued_ns"),
             pl.col("start_ns").min().alias("started_ns"),
             pl.col("end_ns").max().alias("ended_ns"),
@@ -239,6 +256,9 @@ def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:
         return empty(JOBS_SCHEMA)
     return frame.select(
         pl.col("queue").cast(pl.String),
+        pl.col("trace_key").cast(pl.UInt64)
+        if "trace_key" in frame.columns
+        else pl.lit(0, pl.UInt64).alias("trace_key"),
         pl.col("enqueued_ns").cast(pl.Int64).cast(pl.Datetime("ns", "UTC")).alias("enqueued"),
         ((pl.col("started_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("queue_wait_s"),
         ((pl.col("ended_ns") - pl.col("started_ns")).clip(lower_bound=0) / 1e9).alias("processing_s"),

@@ -8,13 +8,14 @@ parameters (see :meth:`Conventions.sql_parameters`), never as SQL text.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Any, Literal
 
 from collectors import span_kind_sql, status_code_sql
-from storage import TailwatchError
+from storage import TailwatchError, parse_duration
 
 __all__ = ["Conventions", "ConventionsError", "SpanClass", "Verdict"]
 
@@ -159,6 +160,36 @@ class Conventions:
     exemplars: int = 5
     top_spans: int = 10
 
+    # --- the hot/cold boundary (analytics.boundary) ---------------------------------------
+    # Latency budgets per operation: (service glob, operation glob, budget ms), the first match
+    # wins; config files give a list of tables {service = "*", operation = "POST /chat",
+    # budget = "2s"}. An operation without one takes its abandonment cliff as its budget.
+    latency_budgets: tuple[tuple[str, str, float], ...] = ()
+    # What each synchronous model call would cost instead when moved off the hot path (e.g. a warm
+    # cache's lookup p50): added per call removed in the counterfactual.
+    sync_llm_replacement_ms: float = 0.0
+
+    # --- slices (analytics.slices) ---------------------------------------------------------
+    # OpenTelemetry feature flags: the flag key and variant as attributes of a span of the request's
+    # trace, or on a flag-evaluation span event (semconv 1.27+ "feature_flag.evaluation" with
+    # feature_flag.result.variant; the older "feature_flag" event with feature_flag.variant; the
+    # evaluated value when the provider has no variants).
+    flag_key_attributes: tuple[str, ...] = ("feature_flag.key",)
+    flag_variant_attributes: tuple[str, ...] = (
+        "feature_flag.result.variant",
+        "feature_flag.variant",
+        "feature_flag.result.value",
+    )
+    flag_events: tuple[str, ...] = ("feature_flag.evaluation", "feature_flag")
+    # Any other attributes that split requests (a cohort, a rollout stage): the attribute's name is
+    # the "flag", its value the variant.
+    slice_attributes: tuple[str, ...] = ()
+    # The control of a flag: the first of these variants present (case-insensitive), else the variant
+    # with the most requests.
+    slice_control_variants: tuple[str, ...] = ("control", "off", "false", "disabled")
+    # Practical significance of a variant's abandonment difference (absolute rate).
+    slice_min_abandonment_delta: float = 0.01
+
     # --- series and rollups --------------------------------------------------------------
     series_buckets: int = 120  # target number of time buckets per window
     rollup_min_window: timedelta = timedelta(days=7)
@@ -176,6 +207,7 @@ class Conventions:
                 'conventions: provider_aliases must map names to names, e.g. { Azure = "azure.ai.openai" }'
             ) from None
         object.__setattr__(self, "provider_aliases", pairs)
+        object.__setattr__(self, "latency_budgets", _budgets(self.latency_budgets))
         _positive = (
             "min_release_requests",
             "bootstrap_samples",
@@ -204,6 +236,8 @@ class Conventions:
             "cliff_min_requests",
             "cliff_min_jump",
             "attribution_min_requests",
+            "sync_llm_replacement_ms",
+            "slice_min_abandonment_delta",
         ):
             if getattr(self, name) < 0:
                 raise ConventionsError(f"conventions: {name} must not be negative")
@@ -217,19 +251,31 @@ class Conventions:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Conventions:
+    def from_dict(cls, data: Mapping[str, Any]) -> Conventions:
+        """Conventions from plain data (TOML, JSON, a persisted run): durations in the one grammar
+        (``"5m"``, or seconds), lists for the attribute tuples. Unknown keys and bad values raise
+        :class:`ConventionsError` naming them."""
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
             if key not in known:
-                raise ConventionsError(f"conventions: unknown key {key!r}; known: {', '.join(sorted(known))}")
+                raise ConventionsError(f"unknown convention {key!r}; known: {', '.join(sorted(known))}")
             default = getattr(cls, key, None)
-            if isinstance(default, timedelta):
-                value = timedelta(seconds=float(value))
-            elif isinstance(default, tuple):
-                value = tuple(value)
+            try:
+                if isinstance(default, timedelta):
+                    value = parse_duration(value)
+                elif key.endswith("_ms") and isinstance(value, str):
+                    # Milliseconds as a number, or a duration in the one grammar ("1.5s", "250ms").
+                    value = parse_duration(value).total_seconds() * 1000.0
+                elif isinstance(default, tuple) and isinstance(value, list | tuple):
+                    value = tuple(value)
+            except ValueError as exc:
+                raise ConventionsError(f"convention {key}: {exc}") from None
             kwargs[key] = value
-        return cls(**kwargs)
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ConventionsError(f"conventions: {exc}") from None
 
     # --- SQL ------------------------------------------------------------------------------
     def sql_parameters(self) -> dict[str, Any]:
@@ -268,7 +314,50 @@ class Conventions:
             "cv_resend_attrs": list(self.resend_attributes),
             "cv_in_toks": list(self.input_token_attributes),
             "cv_out_toks": list(self.output_token_attributes),
+            "cv_flag_key_attrs": list(self.flag_key_attributes),
+            "cv_flag_variant_attrs": list(self.flag_variant_attributes),
+            "cv_flag_events": list(self.flag_events),
+            "cv_slice_attrs": list(self.slice_attributes),
         }
+
+
+def _budgets(entries: Any) -> tuple[tuple[str, str, float], ...]:
+    """``latency_budgets`` as (service glob, operation glob, budget ms) triples, from triples or from
+    the tables of a config file (``service``/``operation`` default ``"*"``; ``budget`` a duration,
+    ``"2s"``, or ``budget_ms`` a number)."""
+    hint = (
+        'conventions: latency_budgets takes tables like { service = "*", operation = "POST /chat", '
+        'budget = "2s" }'
+    )
+    if isinstance(entries, Mapping | str):
+        raise ConventionsError(hint)
+    out: list[tuple[str, str, float]] = []
+    for entry in entries:
+        if isinstance(entry, Mapping):
+            unknown = sorted(set(entry) - {"service", "operation", "budget", "budget_ms"})
+            if unknown or ("budget" in entry) == ("budget_ms" in entry):
+                raise ConventionsError(f"{hint}; got {dict(entry)!r}")
+            try:
+                budget_ms = (
+                    parse_duration(entry["budget"]).total_seconds() * 1000.0
+                    if "budget" in entry
+                    else float(entry["budget_ms"])
+                )
+            except (TypeError, ValueError) as exc:
+                raise ConventionsError(f"conventions: latency_budgets: {exc}") from None
+            service, operation = entry.get("service", "*"), entry.get("operation", "*")
+        else:
+            try:
+                service, operation, budget = entry
+                budget_ms = float(budget)
+            except (TypeError, ValueError):
+                raise ConventionsError(f"{hint}; got {entry!r}") from None
+        if not isinstance(service, str) or not isinstance(operation, str):
+            raise ConventionsError(f"{hint}; got {entry!r}")
+        if not (math.isfinite(budget_ms) and budget_ms > 0):
+            raise ConventionsError(f"conventions: latency budget for {service} {operation} must be positive")
+        out.append((service, operation, budget_ms))
+    return tuple(out)
 
 
 # SQL fragments over otel_traces columns. They only reference parameters from
@@ -375,6 +464,9 @@ RESEND = f"toUInt32OrZero(extract({_first('cv_resend_attrs')}, '[0-9]+'))"
 TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_out_toks')}))"
 QUEUE = f"if({_first('cv_queue_attrs')} != '', {_first('cv_queue_attrs')}, SpanName)"
 MESSAGE_ID = _span("cv_msg_id_attr")
+# A feature flag evaluated on a span, as its attributes (analytics.slices reads the events too).
+FLAG_KEY = _first("cv_flag_key_attrs")
+FLAG_VARIANT = _first("cv_flag_variant_attrs")
 RUN_FAILED = f"({STATUS} = 'Error' OR {_span('cv_run_state_attr')} IN {{cv_failed_states:Array(String)}})"
 
 # Cheap necessary conditions, for PREWHERE: they read only the maps' key subcolumns (a key lookup

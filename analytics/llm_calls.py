@@ -174,12 +174,16 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
 
 def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series) -> pl.DataFrame:
     """One row per logical LLM call, wherever it starts: ``trace_key``, ``start_ns`` (its first
-    span's) and the :data:`CALLS_SCHEMA` counts but ``window``, from the LLM spans (one row per
-    span, ``sync`` final), their :func:`span_attempts`, and the trace keys of hot-path requests.
+    span's), ``end_ns`` (its last span's end) and the :data:`CALLS_SCHEMA` counts but ``window``,
+    from the LLM spans (one row per span, ``sync`` final), their :func:`span_attempts`, and the
+    trace keys of hot-path requests.
     A call's provider and model are the first non-empty ones of its spans (OpenInference leaves
     the model off a call that failed). Pure."""
     spans = llm_spans.filter(pl.col("is_llm"))
-    columns = {k: v for k, v in CALLS_SCHEMA.items() if k != "window"} | {"start_ns": pl.Int64}
+    columns = {k: v for k, v in CALLS_SCHEMA.items() if k != "window"} | {
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+    }
     if spans.is_empty():
         return empty(columns)
     spans = _one_span_per_instrumented_call(
@@ -204,6 +208,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
     single = spans.filter(~repeated).select(
         "trace_key",
         "start_ns",
+        "end_ns",
         "provider",
         "model",
         pl.col("attempts").alias("seen_attempts"),
@@ -226,6 +231,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
         .agg(
             pl.col("trace_key").first(),
             pl.col("start_ns").first(),
+            pl.col("end_ns").max(),
             pl.col("provider").filter(pl.col("provider") != "").first().fill_null(""),
             pl.col("model").filter(pl.col("model") != "").first().fill_null(""),
             pl.col("attempts").sum().alias("seen_attempts"),

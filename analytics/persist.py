@@ -19,11 +19,10 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
-from analytics._common import utc
 from analytics.analysis import FRAME_SCHEMAS, Analysis
 from analytics.conventions import Conventions
 from analytics.schema import migration
-from storage import DDLContext, Migration, Store, ensure_schema, register_migrations
+from storage import DDLContext, Migration, Store, as_utc, ensure_schema, register_migrations
 
 __all__ = ["MIGRATIONS", "latest_analysis", "load_analysis", "persist_analysis", "runs"]
 
@@ -196,15 +195,12 @@ def _load(store: Store, where: str, params: dict[str, Any]) -> Analysis | None:
         for name, blob in zip(blobs.column("frame").to_pylist(), blobs.column("ipc").to_pylist(), strict=True)
     }
 
-    def _utc(value: datetime) -> datetime:
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
     return Analysis.from_frame_bytes(
         {
-            "start": _utc(start),
-            "end": _utc(end),
-            "baseline_start": _utc(baseline_start),
-            "baseline_end": _utc(baseline_end),
+            "start": as_utc(start),
+            "end": as_utc(end),
+            "baseline_start": as_utc(baseline_start),
+            "baseline_end": as_utc(baseline_end),
         },
         frames,
         bucket_ms=int(bucket_ms),
@@ -217,7 +213,7 @@ def load_analysis(store: Store, start: datetime, end: datetime) -> Analysis | No
     return _load(
         store,
         "start = {s:DateTime64(9)} AND end = {e:DateTime64(9)}",
-        {"s": utc(start, "start"), "e": utc(end, "end")},
+        {"s": as_utc(start), "e": as_utc(end)},
     )
 
 

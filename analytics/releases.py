@@ -45,6 +45,7 @@ __all__ = [
     "fetch_release_times",
     "first_seen_before_sql",
     "first_seen_sql",
+    "p99_step_significance",
     "record_release_times",
     "release_coupling",
     "release_times_sql",
@@ -260,9 +261,12 @@ def fetch_release_times(
     )
 
 
-def _significant(
+def p99_step_significance(
     before: np.ndarray, after: np.ndarray, conv: Conventions, delta: float, p99_before: float
 ) -> tuple[bool, float | None, float | None]:
+    """Whether p99 moved from ``before`` to ``after`` (durations, ms) statistically and practically,
+    with the bootstrap interval of the move (``None`` below ``min_release_requests`` a side): the
+    test of a release step, and of a slice against its control (analytics.slices)."""
     if before.size < conv.min_release_requests or after.size < conv.min_release_requests:
         return (False, None, None)
     low, high = bootstrap_quantile_delta(
@@ -375,7 +379,7 @@ def _release_step(
     significant, low, high = (
         (False, None, None)
         if delta is None or p99_before is None
-        else _significant(before_ms, after_ms, conventions, delta, p99_before)
+        else p99_step_significance(before_ms, after_ms, conventions, delta, p99_before)
     )
     return {
         "service": row["service"],

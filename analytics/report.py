@@ -225,7 +225,100 @@ def _attribution(data: dict[str, Any]) -> list[str]:
     return out
 
 
-_SECTIONS = (_hot_path, _cold_path, _abandonment, _retries, _llm_calls, _attribution)
+def _boundary(data: dict[str, Any]) -> list[str]:
+    """Per hot operation its latency budget, the counterfactual without its synchronous model calls
+    and the recommendation with its reasons."""
+    out: list[str] = []
+    out += ["BOUNDARY (latency ms against the budget; 'without' = without the synchronous model calls)"]
+    rows = data.get("boundary", [])
+    out += _table(
+        [
+            "service",
+            "operation",
+            "requests",
+            "p99",
+            "budget",
+            "source",
+            "over",
+            "over/day",
+            "sync LLM/req",
+            "p99 without",
+            "over without",
+            "recommendation",
+        ],
+        [
+            [
+                b["service"],
+                b["operation"],
+                _fmt(b["requests"]),
+                _fmt(b["p99_ms"]),
+                _fmt(b["budget_ms"], 0),
+                _fmt(b["budget_source"]),
+                _fmt(b["requests_over_budget"]),
+                _fmt(b["requests_over_budget_per_day"], 0),
+                _fmt(b["sync_llm_calls_per_request"], 2),
+                _fmt(b["p99_without_sync_llm_ms"]),
+                _fmt(b["requests_over_budget_without_sync_llm"]),
+                _fmt(b["recommendation"]),
+            ]
+            for b in rows
+        ],
+    )
+    for b in rows:
+        if b["reasons"]:
+            out.append(f"  {b['service']} {b['operation']}:")
+            out += [f"    - {reason}" for reason in b["reasons"]]
+    return out
+
+
+def _percent(value: Any) -> str:
+    return "-" if value is None else f"{value * 100:.1f}%"
+
+
+def _slices(data: dict[str, Any]) -> list[str]:
+    """Per flag of an operation, each variant against the control."""
+    out: list[str] = []
+    out += ["SLICES (each variant against the control; latency ms, abandonment with its 95% interval)"]
+    for s in data.get("slices", []):
+        out.append(f"{s['service']} {s['operation']}  flag={s['flag']}  control={s['control']}")
+        out += [
+            "  " + line
+            for line in _table(
+                [
+                    "variant",
+                    "requests",
+                    "p50",
+                    "p99",
+                    "Δp99",
+                    "abandoned",
+                    "95% interval",
+                    "Δabandoned",
+                    "sync LLM/req",
+                    "cold p99 s",
+                    "significant",
+                ],
+                [
+                    [
+                        v["variant"],
+                        _fmt(v["requests"]),
+                        _fmt(v["p50_ms"]),
+                        _fmt(v["p99_ms"]),
+                        _fmt(v["p99_delta_ms"]),
+                        _percent(v["abandonment_rate"]),
+                        f"{_percent(v['abandonment_rate_low'])}–{_percent(v['abandonment_rate_high'])}",
+                        "-" if v["abandonment_delta"] is None else f"{v['abandonment_delta'] * 100:+.1f} pt",
+                        _fmt(v["sync_llm_calls_per_request"], 2),
+                        _fmt(v["cold_p99_s"], 2),
+                        _fmt(v["significant"]),
+                    ]
+                    for v in s["variants"]
+                ],
+            )
+        ]
+    return out
+
+
+_SECTIONS = (_hot_path, _boundary, _slices, _cold_path, _abandonment, _retries, _llm_calls, _attribution)
 
 
 def render_table(data: dict[str, Any]) -> str:

@@ -29,13 +29,13 @@ import polars as pl
 import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 
-from analytics._common import Windows, empty, normalize, utc
+from analytics._common import Windows, empty, normalize
 from analytics.conventions import ABANDONED, IS_HOT_ROOT, Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA
 from analytics.releases import record_release_times
 from analytics.schema import MIGRATIONS, ROLLUP_RUNS_TABLE, ROLLUPS_TABLE
 from collectors import TRACES_TABLE
-from storage import Store, ensure_schema
+from storage import Store, as_utc, ensure_schema
 
 __all__ = [
     "HIGHEST_US",
@@ -102,7 +102,7 @@ def coverage(store: Store) -> tuple[datetime, datetime] | None:
     )[0]
     if not row[0]:
         return None
-    return (row[1].replace(tzinfo=UTC), row[2].replace(tzinfo=UTC))
+    return (as_utc(row[1]), as_utc(row[2]))
 
 
 def build_rollups(store: Store, until: datetime | None = None, conventions: Conventions | None = None) -> int:
@@ -110,7 +110,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
     now − ``ROLLUP_SETTLE``). Returns the number of rollup rows written."""
     conv = conventions or Conventions()
     ensure_schema(store, MIGRATIONS)
-    limit = _floor_minute(utc(until, "until") if until is not None else datetime.now(UTC) - ROLLUP_SETTLE)
+    limit = _floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - ROLLUP_SETTLE)
     covered = coverage(store)
     if covered is not None:
         lo = covered[1]
@@ -122,7 +122,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
         )
         if first is None or first.year < 1971:
             return 0
-        lo = _floor_minute(first.replace(tzinfo=UTC) if first.tzinfo is None else first.astimezone(UTC))
+        lo = _floor_minute(as_utc(first))
     if lo >= limit:
         return 0
     params = {**conv.sql_parameters(), "lo": lo, "hi": limit, "highest": HIGHEST_US}

@@ -1,5 +1,6 @@
-"""Statistics shared by the metrics: exact percentiles, Wilson intervals, bootstrap of a quantile delta,
-Spearman correlation and least-squares slope.
+"""Statistics shared by the metrics: exact percentiles, Wilson intervals (and Newcombe's interval of a
+difference of two proportions built from them), bootstrap of a quantile delta, Spearman correlation
+and least-squares slope.
 
 Percentiles are exact and use **linear interpolation between closest ranks** (Hyndman–Fan type 7:
 numpy's default, ClickHouse's ``quantileExactInclusive``, Polars ``interpolation="linear"``): for n
@@ -20,6 +21,7 @@ __all__ = [
     "bootstrap_quantile_delta",
     "percentile",
     "percentile_exprs",
+    "proportion_delta_interval",
     "slope",
     "spearman",
     "wilson_interval",
@@ -54,6 +56,23 @@ def wilson_interval(successes: int, trials: int, z: float = _Z95) -> tuple[float
     centre = (p + z * z / (2 * trials)) / denom
     half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def proportion_delta_interval(
+    successes_a: int, trials_a: int, successes_b: int, trials_b: int, z: float = _Z95
+) -> tuple[float | None, float | None]:
+    """Interval of the difference of two binomial proportions p_a − p_b from their Wilson
+    intervals (Newcombe's hybrid score method, 95% by default); ``None`` when a side is empty."""
+    la, ua = wilson_interval(successes_a, trials_a, z)
+    lb, ub = wilson_interval(successes_b, trials_b, z)
+    if la is None or ua is None or lb is None or ub is None:
+        return (None, None)
+    pa, pb = successes_a / trials_a, successes_b / trials_b
+    delta = pa - pb
+    return (
+        delta - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2),
+        delta + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2),
+    )
 
 
 def _bootstrap_order_statistic(

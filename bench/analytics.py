@@ -58,9 +58,10 @@ def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
     with open_store(dsn) as store:
         store.command("SET use_query_condition_cache = 0")
         if mode == "generate":
+            from collectors import TRACES_MIGRATIONS
             from storage import ensure_schema
 
-            ensure_schema(store)
+            ensure_schema(store, TRACES_MIGRATIONS)
             started = time.perf_counter()
             rows = generate(store, spans)
             store.command("OPTIMIZE TABLE otel_traces FINAL")

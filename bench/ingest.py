@@ -182,7 +182,7 @@ def _serve_columnar(store: Any, spool: Path, native: bool) -> None:
     from collectors.receivers import Receivers
     from collectors.settings import PipelineSettings
 
-    pipeline = IngestPipeline(store, PipelineSettings.from_env(spool_dir=spool, native_insert=native))
+    pipeline = IngestPipeline(store, PipelineSettings(spool_dir=spool, native_insert=native))
     pipeline.start()
     receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None, extra_routes=_bench_routes(store))
     receivers.start()
@@ -247,12 +247,12 @@ def _serve_baseline(store: Any) -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    from collectors.schema import TRACES_ARROW_SCHEMA
+    from collectors import TRACES_ARROW_SCHEMA, TRACES_MIGRATIONS
     from collectors.settings import PipelineSettings
     from storage import ensure_schema
 
-    ensure_schema(store)
-    batch_rows = PipelineSettings.from_env().batch_rows  # the same batches as the receiver's
+    ensure_schema(store, TRACES_MIGRATIONS)
+    batch_rows = PipelineSettings().batch_rows  # the same batches as the receiver's
     columns = TRACES_ARROW_SCHEMA.names
     buffer: list[list[Any]] = []
     lock = threading.Condition()
@@ -459,6 +459,7 @@ class Ceiling:
 
 def measure_ceiling(bodies: list[bytes], batches: int = 8) -> Ceiling:
     """CPU per span of ClickHouse's own work on the Collector schema, with no receiver at all."""
+    from collectors import TRACES_MIGRATIONS
     from collectors.native_insert import NativeInserter
     from collectors.settings import PipelineSettings
     from storage import ensure_schema, open_store
@@ -473,7 +474,7 @@ def measure_ceiling(bodies: list[bytes], batches: int = 8) -> Ceiling:
         tempfile.TemporaryDirectory(prefix="tw-bench-ceiling-") as tmp,
         open_store("chdb://" + str(Path(tmp) / "store")) as store,
     ):
-        ensure_schema(store)
+        ensure_schema(store, TRACES_MIGRATIONS)
         inserter = NativeInserter(store, Path(tmp) / "work", table="bench_null")
         store.command("CREATE TABLE bench_null AS otel_traces ENGINE = Null")
         chunks = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)][:batches]

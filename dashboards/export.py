@@ -23,7 +23,8 @@ import polars as pl
 from analytics import Analysis, Conventions, analyze, latest_analysis, load_analysis, persist_analysis
 from dashboards import style
 from dashboards.figures import NO_ALERTS_TEXT, VIEW_TITLES, VIEWS, View, build_figures
-from slo_rules import alert_history
+from dashboards.views.attribution import EXEMPLARS
+from slo_rules import alert_history, trace_link
 from storage import Store, TailwatchError, as_utc
 
 __all__ = [
@@ -48,6 +49,8 @@ BROWSER_ENV: Final = "BROWSER_PATH"
 _BROWSER_NAMES: Final = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 PNG_WIDTH: Final = 1400
 ALERT_END_SLACK: Final = timedelta(milliseconds=1)  # alert times are DateTime64(3)
+# A slow trace picked near the window's end finishes after it: the viewer's search runs past the end.
+TRACE_END_SLACK: Final = timedelta(minutes=15)
 
 VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
     "hot_path": "p50/p95/p99 per operation over time, every release marked, sync LLM calls per request.",
@@ -55,6 +58,7 @@ VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
     "abandonment": "Share of abandoned requests per 500 ms of latency, 95% intervals, the cliff and p99.",
     "retries": "Retry rate per hop, compounding amplification vs observed, token amplification.",
     "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
+    "boundary": "Each operation's p99 against its budget, without its sync model calls, and flag slices.",
     "alerts": "Alerts firing and resolved in the window, with their cause.",
 }
 
@@ -110,17 +114,25 @@ def export_dashboards(
     end: datetime | None = None,
     formats: Sequence[ExportFormat] = ("html",),
     conventions: Conventions | None = None,
+    trace_url: str | None = None,
 ) -> ExportReport:
     """Export every view for a window, computing and persisting the analysis when none covers it.
 
     Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
-    end); with neither, the latest persisted analysis, else the last 24 hours.
+    end); with neither, the latest persisted analysis, else the last 24 hours. ``trace_url``: the
+    trace viewer's URL template (``{trace_id}``, ``{start}``, ``{end}``) exemplar ids link to.
     """
     chosen = check_formats(formats)
     analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
     alerts, notes = _alert_history(store, analysis.start, analysis.end)
     files = write_dashboards(
-        analysis, Path(out_dir), alerts=alerts, formats=chosen, run_id=run_id, notes=notes
+        analysis,
+        Path(out_dir),
+        alerts=alerts,
+        formats=chosen,
+        run_id=run_id,
+        notes=notes,
+        trace_url=trace_url,
     )
     return ExportReport(
         files=files,
@@ -174,6 +186,7 @@ def write_dashboards(
     formats: Sequence[ExportFormat] = ("html",),
     run_id: str | None = None,
     notes: Sequence[str] = (),
+    trace_url: str | None = None,
 ) -> list[Path]:
     """Write the views of an analysis (already computed) to ``out_dir``; returns the files written."""
     chosen = check_formats(formats)
@@ -186,7 +199,7 @@ def write_dashboards(
     if "html" in chosen:
         for view in VIEWS:
             path = out_dir / f"{view}.html"
-            _write_text(path, _view_page(view, figures[view], analysis, run_id))
+            _write_text(path, _view_page(view, figures[view], analysis, run_id, trace_url))
             files.append(path)
     if "png" in chosen:
         files += write_pngs(figures, out_dir)
@@ -242,7 +255,9 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _view_page(view: View, figure: go.Figure, analysis: Analysis, run_id: str | None) -> str:
+def _view_page(
+    view: View, figure: go.Figure, analysis: Analysis, run_id: str | None, trace_url: str | None = None
+) -> str:
     # include_plotlyjs=True inlines plotly.js: the page needs no network. The figure JSON that
     # plotly writes escapes <, > and / so no data can close the <script> element.
     plot = figure.to_html(
@@ -255,7 +270,59 @@ def _view_page(view: View, figure: go.Figure, analysis: Analysis, run_id: str | 
     )
     title = f"tailwatch · {VIEW_TITLES[view]}"
     body = f"{_nav(view)}\n<h1>{html.escape(VIEW_TITLES[view])}</h1>\n{_meta(analysis, run_id)}\n{plot}"
+    rows = _exemplar_rows(view, analysis)
+    if rows:
+        body += "\n" + _exemplar_section(rows, trace_url, analysis)
     return _page(title, body)
+
+
+def _exemplar_rows(view: View, analysis: Analysis) -> list[tuple[str, list[str]]]:
+    """(what, trace ids) of the exemplar traces a view shows: slow traces per operation, the most
+    retried run per workflow."""
+    if view == "attribution":
+        return [
+            (
+                f"{a['service']} · {a['operation']} ({a['verdict']})",
+                list(a["exemplar_trace_ids"] or [])[:EXEMPLARS],
+            )
+            for a in analysis.attribution.iter_rows(named=True)
+            if a["exemplar_trace_ids"]
+        ]
+    if view == "retries":
+        return [
+            (f"{r['workflow']} (most retried run)", [r["exemplar_trace_id"]])
+            for r in analysis.retry_amplification.iter_rows(named=True)
+            if r.get("exemplar_trace_id")
+        ]
+    return []
+
+
+def _exemplar_section(rows: list[tuple[str, list[str]]], trace_url: str | None, analysis: Analysis) -> str:
+    """The exemplar traces as an HTML table, each id a link to the user's trace viewer when
+    ``trace_url`` is set (the viewer searches the analysed window, as the alerts' links do)."""
+
+    def cell(trace_id: str) -> str:
+        url = trace_link(trace_url, trace_id, start=analysis.start, end=analysis.end + TRACE_END_SLACK)
+        text = f"<code>{html.escape(trace_id)}</code>"
+        if url is None:
+            return text
+        return (
+            f'<a href="{html.escape(url, quote=True)}" rel="noopener noreferrer" target="_blank">{text}</a>'
+        )
+
+    body = "".join(
+        f"<tr><td>{html.escape(what)}</td><td>{' '.join(cell(t) for t in ids)}</td></tr>"
+        for what, ids in rows
+    )
+    hint = (
+        ""
+        if trace_url
+        else '<p class="meta">Set <code>[links] trace_url</code> to open these in your trace viewer.</p>'
+    )
+    return (
+        '<section class="exemplars"><h2>Exemplar traces</h2>'
+        f"<table><tr><th>where</th><th>traces</th></tr>{body}</table>{hint}</section>"
+    )
 
 
 def _index_page(

@@ -16,6 +16,7 @@ from dashboards.views._common import MAX_PANELS, VIEW_TITLES, VIEWS, View
 from dashboards.views.abandonment import abandonment_figure
 from dashboards.views.alerts import NO_ALERTS_TEXT, alerts_figure
 from dashboards.views.attribution import attribution_figure
+from dashboards.views.boundary import boundary_figure
 from dashboards.views.cold_path import cold_path_figure
 from dashboards.views.hot_path import hot_path_figure
 from dashboards.views.retries import retries_figure
@@ -29,6 +30,7 @@ __all__ = [
     "abandonment_figure",
     "alerts_figure",
     "attribution_figure",
+    "boundary_figure",
     "build_figures",
     "cold_path_figure",
     "hot_path_figure",
@@ -48,5 +50,6 @@ def build_figures(analysis: Analysis, alerts: pl.DataFrame | None = None) -> dic
         "abandonment": abandonment_figure(analysis),
         "retries": retries_figure(analysis),
         "attribution": attribution_figure(analysis, alerts),
+        "boundary": boundary_figure(analysis),
         "alerts": alerts_figure(analysis, alerts),
     }

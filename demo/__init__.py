@@ -2,7 +2,7 @@
 
 Not a stage: the simulator writes the span shapes the real instrumentation libraries write (for the
 demo, the benchmarks and the notebooks), and the demo drives every stage through its public surface
-and scores the five scenarios from the analysis frames and the labels of the alerts it received.
+and scores the six scenarios from the analysis frames and the labels of the alerts it received.
 
 Usage::
 

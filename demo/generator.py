@@ -27,6 +27,11 @@ scope of the library that would make it:
   ``messaging.destination`` (the routing key), ``messaging.message.id`` (the task id),
   ``celery.task_name``, ``celery.state``; a retried task re-runs under the retry's
   ``apply_async`` (a child of the failed run) with the same ``messaging.message.id``.
+* **Feature flags** (OpenFeature with its OpenTelemetry ``TracingHook``, the flagd provider): each
+  evaluation is a ``feature_flag.evaluation`` event on the span current at the time (the Server
+  span) with ``feature_flag.key``, ``feature_flag.result.variant``, ``feature_flag.result.value``
+  (JSON), ``feature_flag.result.reason``, ``feature_flag.context.id`` (the targeting key) and
+  ``feature_flag.provider.name``.
 * **Newer messaging conventions** (one queue keeps them): ``send {queue}`` Producer and
   ``process {queue}`` Consumer in its own trace, joined by a span link, with
   ``messaging.destination.name``.
@@ -44,6 +49,8 @@ The traffic (all numbers per simulated day at ``scale=1``)::
     support-bot    POST /reply      1200  retrieval, chat claude-sonnet-4 (anthropic) (e);
                                           10% -> queue ticket-escalations -> escalation-router
     agent-runner   claims-triage     400  invoke_workflow: 3 LLM hops, 2 tool hops (c)
+    notes-api      POST /summarize   800  a sync chat gpt-4.1-mini call; under (f) a flag sends a slice
+                                          to the async variant: Celery task -> notes-worker (LLM)
 
     service          HTTP conventions  GenAI provider attribute  server framework
     chat-api         old               gen_ai.system             FastAPI (receive/send spans)
@@ -53,10 +60,14 @@ The traffic (all numbers per simulated day at ``scale=1``)::
     search-api       new               gen_ai.provider.name      Flask
     support-bot      new               gen_ai.provider.name      Flask
     agent-runner     old (httpx)       gen_ai.provider.name      -
+    notes-api        new               gen_ai.provider.name      FastAPI (receive/send spans)
+    notes-worker     new (httpx)       gen_ai.provider.name      Celery worker
 
 The timeline: the simulated period is ``[end - 3d, end)``; every scenario changes the system at
 ``end - 1d``, so the last day is each scenario's *current* window and the day before it a clean
-*baseline* (:class:`Timeline`). Scenarios that would interfere live on different services, and each
+*baseline* (:class:`Timeline`). The migration (f) is cut over by slices: its flag already sends
+internal users and a small slice to the async variant on the earlier days, the ~30 % slice starts
+at ``end - 1d``. Scenarios that would interfere live on different services, and each
 service draws its randomness from its own seeded stream, so switching one scenario off leaves the
 other services' traffic unchanged and removes exactly that anomaly.
 
@@ -79,6 +90,7 @@ import random
 import threading
 import time
 import uuid
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -95,13 +107,14 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode, Tracer
 
-from storage import TailwatchError
+from storage import TailwatchError, as_utc
 
 __all__ = [
     "SCENARIOS",
     "SCENARIO_INFO",
     "ExportStats",
     "FileFormat",
+    "FlagRollout",
     "GeneratorError",
     "Scenario",
     "ScenarioInfo",
@@ -115,7 +128,12 @@ __all__ = [
 ]
 
 Scenario = Literal[
-    "release_coupling", "noisy_neighbour", "retry_storm", "internal_regression", "llm_slowdown"
+    "release_coupling",
+    "noisy_neighbour",
+    "retry_storm",
+    "internal_regression",
+    "llm_slowdown",
+    "hot_cold_migration",
 ]
 SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 FileFormat = Literal["protobuf", "jsonl"]
@@ -131,6 +149,24 @@ class GeneratorError(TailwatchError):
 
 
 @dataclass(frozen=True)
+class FlagRollout:
+    """A feature flag that moves an operation's work off the hot path, cut over by slices.
+
+    Its evaluations are recorded the way OpenFeature's OpenTelemetry ``TracingHook`` records them: a
+    ``feature_flag.evaluation`` event on the span current during the evaluation (the Server span),
+    with ``feature_flag.key``, ``feature_flag.result.variant``, ``feature_flag.result.value``,
+    ``feature_flag.result.reason``, ``feature_flag.context.id`` and ``feature_flag.provider.name``.
+    """
+
+    key: str
+    control: str  # the variant that keeps the model call inside the request
+    treatment: str  # the variant that enqueues the work and answers at once
+    # The treatment's expected share of requests in the current window (internal users included).
+    treatment_share: float
+    provider: str = "FlagdProvider"  # the flagd provider's metadata name
+
+
+@dataclass(frozen=True)
 class ScenarioInfo:
     """What a scenario does and which alert must catch it (the demo's ground truth)."""
 
@@ -140,13 +176,25 @@ class ScenarioInfo:
     # Where the anomaly lives: a hot-path (service, operation), a queue or a workflow.
     service: str
     operation: str
-    # The rule kind expected to fire and the `cause` annotation it must carry (None: the rule kind
-    # is the diagnosis, as for retry amplification, whose alerts carry no LLM/internal verdict).
-    alert_kind: str
+    # The rule kind expected to fire and the `cause` annotation it must carry (cause None: the rule
+    # kind is the diagnosis, as for retry amplification, whose alerts carry no LLM/internal verdict;
+    # alert_kind None: no alert is expected, the analysis frames are the whole evidence).
+    alert_kind: str | None
     cause: str | None
     view: str
     story: str
+    flag: FlagRollout | None = None
 
+
+# Scenario (f): notes-api moves its summaries off the hot path behind this flag. Internal users
+# always get the queued variant; everyone else is bucketed by a sticky hash of their id, the
+# bucket growing by stages (the last is the current day's ~30 %).
+_NOTES_FLAG = FlagRollout(
+    key="summarize-off-hot-path",
+    control="sync",
+    treatment="async",
+    treatment_share=0.3,
+)
 
 SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
     "release_coupling": ScenarioInfo(
@@ -210,6 +258,21 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "attribution",
         "anthropic's claude-sonnet-4 gets slower; support-bot's code and traffic are unchanged",
     ),
+    "hot_cold_migration": ScenarioInfo(
+        "hot_cold_migration",
+        "f",
+        "summaries moved off the hot path by flag slices",
+        "notes-api",
+        "POST /summarize",
+        None,
+        None,
+        "boundary",
+        "notes-api moves its synchronous chat gpt-4.1-mini summary off the request behind the flag "
+        "summarize-off-hot-path, cut over by slices (internal users, 1 %, 10 %, then ~30 % on the last "
+        "day): the async variant enqueues a Celery task and answers 202 at once, its p99 falls far "
+        "below the sync control's and the user now waits seconds on the queue instead",
+        flag=_NOTES_FLAG,
+    ),
 }
 
 
@@ -245,7 +308,7 @@ class Timeline:
 
     @classmethod
     def ending(cls, end: datetime, days: int = 3) -> Timeline:
-        end = end.astimezone(UTC) if end.tzinfo else end.replace(tzinfo=UTC)
+        end = as_utc(end)
         return cls(
             start=end - timedelta(days=days),
             baseline_start=end - timedelta(days=2),
@@ -376,6 +439,8 @@ _PROFILES: Mapping[str, _Profile] = {
     "support-bot": _Profile(old_http=False, genai_system=False, framework="flask"),
     "agent-runner": _Profile(old_http=True, genai_system=False),
     "escalation-router": _Profile(old_http=False, genai_system=False),
+    "notes-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
+    "notes-worker": _Profile(old_http=False, genai_system=False),
 }
 
 
@@ -405,6 +470,7 @@ _RESPONSE_MODELS: Mapping[str, str] = {
     "o4-mini": "o4-mini-2025-04-16",
     "gpt-4.1": "gpt-4.1-2025-04-14",
     "claude-sonnet-4": "claude-sonnet-4-20250514",
+    "gpt-4.1-mini": "gpt-4.1-mini-2025-04-14",
 }
 _PATHS: Mapping[tuple[str, str], str] = {
     ("openai", "chat"): "/v1/chat/completions",
@@ -758,24 +824,77 @@ class _Trace:
             attributes={"rpc.system": "aws-api", "rpc.service": "S3", "rpc.method": method},
         )
 
-    def celery_publish(self, parent: Span, start_ns: int, task_id: str) -> tuple[Span, int]:
-        """``apply_async`` of the summary task, as the Celery instrumentation records a publish."""
+    def celery_publish(
+        self,
+        parent: Span,
+        start_ns: int,
+        task_id: str,
+        task: str,
+        queue: str,
+    ) -> tuple[Span, int]:
+        """``apply_async`` of a task, as the Celery instrumentation records a publish."""
         producer = self.start(
-            f"apply_async/{_SUMMARY_TASK}",
+            f"apply_async/{task}",
             start_ns,
             parent=parent,
             kind=SpanKind.PRODUCER,
             attributes={
                 "celery.action": "apply_async",
                 "messaging.message.id": task_id,
-                "celery.task_name": _SUMMARY_TASK,
-                "messaging.destination": _SUMMARY_QUEUE,
+                "celery.task_name": task,
+                "messaging.destination": queue,
             },
             tracer=self.scopes.celery,
         )
         end = start_ns + _uniform_ns(self.rng, 1, 4)
         producer.end(end_time=end)
         return producer, end
+
+    def celery_run(
+        self, parent: Span, start_ns: int, task: str, queue: str, task_id: str, host: str, retries: int = 0
+    ) -> Span:
+        """``run/{task}``: the worker's Consumer span, a child of the publish (the instrumentation's
+        default; no link)."""
+        attrs: dict[str, Any] = {
+            "celery.action": "run",
+            "celery.task_name": task,
+            "messaging.message.id": task_id,
+            "messaging.conversation_id": task_id,
+            "messaging.destination": queue,
+            "celery.delivery_info": str(
+                {"exchange": "", "routing_key": queue, "priority": 0, "redelivered": False}
+            ),
+            "celery.hostname": host,
+        }
+        if retries:
+            attrs["celery.retries"] = retries
+        return self.start(
+            f"run/{task}",
+            start_ns,
+            parent=parent,
+            kind=SpanKind.CONSUMER,
+            attributes=attrs,
+            tracer=self.scopes.celery,
+        )
+
+    def flag_evaluation(
+        self, span: Span, at_ns: int, flag: FlagRollout, variant: str, reason: str, targeting_key: str
+    ) -> None:
+        """A flag evaluated while ``span`` is current, as OpenFeature's OpenTelemetry ``TracingHook``
+        records it: a ``feature_flag.evaluation`` event with the flag's key, the variant and its value
+        (JSON, as the hook writes it), the reason in lower case, the targeting key and the provider."""
+        span.add_event(
+            "feature_flag.evaluation",
+            {
+                "feature_flag.key": flag.key,
+                "feature_flag.result.value": json.dumps(variant == flag.treatment),
+                "feature_flag.result.reason": reason,
+                "feature_flag.result.variant": variant,
+                "feature_flag.context.id": targeting_key,
+                "feature_flag.provider.name": flag.provider,
+            },
+            timestamp=at_ns,
+        )
 
 
 def _start_of(span: Span) -> int:
@@ -837,6 +956,7 @@ class Workload:
             _Source("search", 1600, _build_search),
             _Source("support", 1200, _build_support),
             _Source("claims", 400, _build_claims),
+            _Source("notes", 800, _build_notes),
         ]
         for source in self._sources:
             # Each service has its own stream: switching a scenario off changes nothing elsewhere.
@@ -873,11 +993,18 @@ class Workload:
             "support-bot": "2.1.0",
             "agent-runner": "0.4.1",
             "escalation-router": "1.0.2",
+            "notes-api": "1.12.0",
+            "notes-worker": "1.12.0",
         }[service]
 
     @property
     def end_ns(self) -> int:
         return self._end_ns
+
+    @property
+    def change_ns(self) -> int:
+        """When every scenario switches on: the start of the current window."""
+        return self._change_ns
 
     # -- sizes -------------------------------------------------------------------------------
     def estimated_traces(self) -> int:
@@ -1008,7 +1135,7 @@ def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
     t = b.auth(root, t) + b.gap()
     t = b.s3("PutObject", root, t, 35) + b.gap()
     task_id = _task_id(rng)
-    producer, published = b.celery_publish(root, t, task_id)
+    producer, published = b.celery_publish(root, t, task_id, _SUMMARY_TASK, _SUMMARY_QUEUE)
     enqueue_ns = t
     b.finish_http(root, published + b.gap(), status=202)
 
@@ -1038,27 +1165,7 @@ def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
         if c0 >= w.end_ns:
             return  # still queued (or waiting for its retry countdown) at the end: a pending job
         wb = _Trace(w, "summary-worker", c0, rng)
-        attrs: dict[str, Any] = {
-            "celery.action": "run",
-            "celery.task_name": _SUMMARY_TASK,
-            "messaging.message.id": task_id,
-            "messaging.conversation_id": task_id,
-            "messaging.destination": _SUMMARY_QUEUE,
-            "celery.delivery_info": str(
-                {"exchange": "", "routing_key": _SUMMARY_QUEUE, "priority": 0, "redelivered": False}
-            ),
-            "celery.hostname": _WORKER_HOST,
-        }
-        if retries:
-            attrs["celery.retries"] = retries
-        run = wb.start(
-            f"run/{_SUMMARY_TASK}",
-            c0,
-            parent=parent,
-            kind=SpanKind.CONSUMER,
-            attributes=attrs,
-            tracer=wb.scopes.celery,
-        )
+        run = wb.celery_run(parent, c0, _SUMMARY_TASK, _SUMMARY_QUEUE, task_id, _WORKER_HOST, retries)
         t = wb.s3("GetObject", run, c0 + wb.gap(), 30) + wb.gap()
         t, ok = wb.llm(llm, run, t)
         t += wb.gap()
@@ -1081,7 +1188,7 @@ def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
             return
         countdown_s = 15 * 2**retries
         run.set_attribute("celery.retry.reason", f"Retry in {countdown_s}s: {error}")
-        parent, published = wb.celery_publish(run, t, task_id)
+        parent, published = wb.celery_publish(run, t, task_id, _SUMMARY_TASK, _SUMMARY_QUEUE)
         run.set_attribute("celery.state", "RETRY")
         run.end(end_time=published + wb.gap())
         # The message waits out its ETA, then for a free worker.
@@ -1264,6 +1371,107 @@ def _build_claims(w: Workload, rng: random.Random, t0: int) -> None:
                 break
             t += int(rng.uniform(1.0, 3.0) * _S)  # the agent's own pause before calling again
     root.end(end_time=t)
+
+
+_NOTES_TASK = "notes.summarize_notes"
+_NOTES_QUEUE = "notes-summaries"
+_NOTES_WORKER_HOST = "celery@notes-worker-1"
+_NOTES_USERS = 4000  # accounts that summarise notes, equally active
+_NOTES_STAFF = 120  # the first ones are the team's own (internal users: 3 % of requests)
+# The rollout's stages, in hash buckets of 100 on the async variant (staff aside): 1 % on the first
+# simulated day, 10 % on the baseline day, 28 % on the current day (with staff, ~30 % of requests).
+_NOTES_BUCKETS = (1, 10, 28)
+
+
+def _notes_llm() -> _Llm:
+    return _Llm(
+        provider="openai",
+        model="gpt-4.1-mini",
+        server="api.openai.com",
+        median_ms=1500,
+        sigma=0.35,
+        input_tokens=5000,
+        output_tokens=450,
+    )
+
+
+def _notes_variant(w: Workload, t0: int, user: int, targeting_key: str) -> str | None:
+    """The variant the flag gives this user at ``t0`` (None while the scenario is off: no flag).
+
+    flagd's targeting: staff always get the async variant, everyone else is bucketed by a sticky hash
+    of flag key and targeting key (so a user keeps a variant as the slice grows).
+    """
+    if "hot_cold_migration" not in w.scenarios:
+        return None
+    flag = _NOTES_FLAG
+    if user < _NOTES_STAFF:
+        return flag.treatment
+    if w.on("hot_cold_migration", t0):
+        buckets = _NOTES_BUCKETS[2]
+    elif t0 >= w.change_ns - DAY_NS:
+        buckets = _NOTES_BUCKETS[1]
+    else:
+        buckets = _NOTES_BUCKETS[0]
+    bucket = zlib.crc32(f"{flag.key}{targeting_key}".encode()) % 100
+    return flag.treatment if bucket < buckets else flag.control
+
+
+def _build_notes(w: Workload, rng: random.Random, t0: int) -> None:
+    """notes-api POST /summarize, being moved off the hot path behind a flag (f).
+
+    The sync variant (control, and the whole service while the scenario is off) calls chat
+    gpt-4.1-mini inside the request. The async variant records the job, publishes a Celery task and
+    answers 202 at once; notes-worker runs it seconds later (``run`` Consumer, a child of the
+    ``apply_async`` Producer in the same trace) with the same model call, and the UI gets the summary
+    pushed when the run ends. The flag's evaluation is a ``feature_flag.evaluation`` event on the
+    Server span, written as OpenFeature's OpenTelemetry hook writes it.
+    """
+    b = _Trace(w, "notes-api", t0, rng)
+    root, t = b.server("POST", "/summarize", t0)
+    t = b.auth(root, t) + b.gap()
+    user = rng.randrange(_NOTES_USERS)
+    targeting_key = f"user-{user:05d}"
+    variant = _notes_variant(w, t0, user, targeting_key)
+    if variant is not None:
+        t += _uniform_ns(rng, 0.02, 0.1)  # an in-process flagd evaluation
+        b.flag_evaluation(root, t, _NOTES_FLAG, variant, "targeting_match", targeting_key)
+        t += b.gap()
+    if variant != _NOTES_FLAG.treatment:
+        t = b.db("SELECT", "notes", root, t, _lognormal_ns(rng, 6, 0.4)) + b.gap()
+        end, ok = b.llm(_notes_llm(), root, t)
+        t = end + b.gap()
+        if ok:
+            t = b.db("INSERT", "summaries", root, t, _lognormal_ns(rng, 4, 0.4)) + b.gap()
+        b.finish_http(root, t, 200 if ok else 500)
+        return
+
+    task_id = _task_id(rng)
+    t = b.db("INSERT", "summary_jobs", root, t, _lognormal_ns(rng, 4, 0.4)) + b.gap()
+    producer, published = b.celery_publish(root, t, task_id, _NOTES_TASK, _NOTES_QUEUE)
+    b.finish_http(root, published + b.gap(), status=202)
+
+    # Waiting for a free worker (a pool sized for the slice: no backlog), then the same model call.
+    c0 = published + int(rng.expovariate(1 / 1.5) * _S)
+    if c0 >= w.end_ns:
+        return  # still queued at the end of the simulated period
+    wb = _Trace(w, "notes-worker", c0, rng)
+    run = wb.celery_run(producer, c0, _NOTES_TASK, _NOTES_QUEUE, task_id, _NOTES_WORKER_HOST)
+    t = wb.db("SELECT", "notes", run, c0 + wb.gap(), _lognormal_ns(rng, 6, 0.4)) + wb.gap()
+    t, ok = wb.llm(_notes_llm(), run, t)
+    t += wb.gap()
+    if ok:
+        t = wb.db("UPDATE", "summary_jobs", run, t, _lognormal_ns(rng, 4, 0.4)) + wb.gap()
+        run.set_attribute("celery.state", "SUCCESS")
+    else:
+        # The SDK's own retries ran out: the task raises and Celery marks it failed.
+        run.set_attribute("celery.state", "FAILURE")
+        run.add_event(
+            "exception",
+            {"exception.type": wb.last_error, "exception.message": "provider error"},
+            timestamp=t,
+        )
+        run.set_status(Status(StatusCode.ERROR, f"{wb.last_error}('provider error')"))
+    run.end(end_time=t)
 
 
 def generate(

@@ -2,11 +2,12 @@
 
 Public surface::
 
-    from slo_rules import load_rules, evaluate, deliver, WebhookConfig
+    from slo_rules import load_rules, evaluate, deliver, AlertmanagerConfig, WebhookConfig
 
     rules = load_rules()                                   # the default pack (slo_rules/default.yaml)
-    result = evaluate(store, rules, notifiers=[WebhookConfig("http://127.0.0.1:9093/hook")])
-    report = deliver(store, [WebhookConfig("http://127.0.0.1:9093/hook")])
+    notifiers = [WebhookConfig("http://127.0.0.1:8080/hook"), AlertmanagerConfig("http://127.0.0.1:9093")]
+    result = evaluate(store, rules, notifiers=notifiers, trace_url="http://127.0.0.1:16686/trace/{trace_id}")
+    report = deliver(store, notifiers)                     # registry=…: delivery counters for /metrics
 
 A notifier of your own implements :class:`Notifier` (``send(notification) -> DeliveryResult``) and
 is passed to :func:`deliver` through ``notifier_factory``; receivers check requests with
@@ -15,7 +16,9 @@ is passed to :func:`deliver` through ``notifier_factory``; receivers check reque
 
 from slo_rules.engine import EvaluationResult, evaluate
 from slo_rules.errors import DeliveryError, RuleError
+from slo_rules.links import check_trace_url, trace_link
 from slo_rules.notifiers import (
+    AlertmanagerConfig,
     DeliveryResult,
     Notification,
     Notifier,
@@ -25,12 +28,13 @@ from slo_rules.notifiers import (
     WebhookConfig,
     verify_signature,
 )
-from slo_rules.outbox import DeliveryReport, deliver
+from slo_rules.outbox import DeliveryReport, NotifierStatus, deliver, delivery_status
 from slo_rules.rules import DEFAULT_RULES_PATH, RuleSet, check_rule_files, load_rules
 from slo_rules.state import alert_history, list_alerts
 
 __all__ = [
     "DEFAULT_RULES_PATH",
+    "AlertmanagerConfig",
     "DeliveryError",
     "DeliveryReport",
     "DeliveryResult",
@@ -38,6 +42,7 @@ __all__ = [
     "Notification",
     "Notifier",
     "NotifierConfig",
+    "NotifierStatus",
     "PagerDutyConfig",
     "RuleError",
     "RuleSet",
@@ -45,9 +50,12 @@ __all__ = [
     "WebhookConfig",
     "alert_history",
     "check_rule_files",
+    "check_trace_url",
     "deliver",
+    "delivery_status",
     "evaluate",
     "list_alerts",
     "load_rules",
+    "trace_link",
     "verify_signature",
 ]

@@ -11,7 +11,8 @@ resolves a firing alert.
 
 The stages: each rule kind turns the analysis into candidates (:mod:`slo_rules.kinds`), the
 lifecycle advances every alert (:mod:`slo_rules.lifecycle`), and the transitions become
-notifications for every notifier (:mod:`slo_rules.fanout`).
+notifications for every notifier (:mod:`slo_rules.fanout`); Alertmanagers get the snapshot of
+every firing and recently resolved alert instead, on every evaluation.
 """
 
 from __future__ import annotations
@@ -19,13 +20,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from analytics import Conventions
-from slo_rules.fanout import group_notifications, outbox_items
+from slo_rules.fanout import (
+    DEFAULT_EVALUATION_INTERVAL,
+    alertmanager_items,
+    alertmanager_snapshot,
+    group_notifications,
+    outbox_items,
+)
 from slo_rules.kinds import Candidate, Context, candidates
 from slo_rules.lifecycle import Changes, advance_alerts
-from slo_rules.notifiers import Notification, NotifierConfig
+from slo_rules.notifiers import AlertmanagerConfig, Notification, NotifierConfig
 from slo_rules.outbox import enqueue
 from slo_rules.rules import RuleSet
 from slo_rules.schema import MIGRATIONS as RULES_MIGRATIONS
@@ -89,11 +96,16 @@ def evaluate(
     notifiers: Sequence[NotifierConfig] = (),
     dashboard_url: str | None = None,
     conventions: Conventions | None = None,
+    trace_url: str | None = None,
+    evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
 ) -> EvaluationResult:
     """Evaluate every rule at ``at`` (default now), advance alert state, enqueue notifications.
 
-    Alerts link to ``dashboard_url`` (default :data:`DEFAULT_DASHBOARD_URL`). Deliver the
-    notifications with :func:`slo_rules.deliver`.
+    Alerts link to ``dashboard_url`` (default :data:`DEFAULT_DASHBOARD_URL`) and, with
+    ``trace_url`` (a :func:`slo_rules.trace_link` template), to their exemplar traces.
+    ``evaluation_interval`` is how often the caller evaluates: a firing alert is sent to
+    Alertmanager with ``endsAt`` four intervals ahead. Deliver the notifications with
+    :func:`slo_rules.deliver`.
     """
     return evaluate_with(
         store,
@@ -102,6 +114,8 @@ def evaluate(
         AnalyticsSource(store, conventions),
         notifiers=notifiers,
         dashboard_url=dashboard_url,
+        trace_url=trace_url,
+        evaluation_interval=evaluation_interval,
     )
 
 
@@ -113,10 +127,14 @@ def evaluate_with(
     *,
     notifiers: Sequence[NotifierConfig] = (),
     dashboard_url: str | None = None,
+    trace_url: str | None = None,
+    evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
 ) -> EvaluationResult:
     """:func:`evaluate` with an explicit data source (tests feed synthetic counts through this)."""
+    if evaluation_interval <= timedelta(0):
+        raise ValueError(f"evaluation_interval must be positive, got {evaluation_interval}")
     url = dashboard_url or DEFAULT_DASHBOARD_URL
-    ctx = Context(source, as_utc(at), url)
+    ctx = Context(source, as_utc(at), url, trace_url)
     ensure_schema(store, RULES_MIGRATIONS)
     result = EvaluationResult(at=ctx.at)
     previous = load_states(store, rules.names())
@@ -125,9 +143,14 @@ def evaluate_with(
         found, previous, ctx.at, repeat_interval=rules.route.repeat_interval, failed=failed
     )
     notifications = group_notifications(changes.transitions, rules.route, ctx.at, url)
+    items = outbox_items(notifications, notifiers)
+    if any(isinstance(c, AlertmanagerConfig) for c in notifiers):
+        current = {**previous, **{s.fingerprint: s for s in changes.states}}
+        snapshot = alertmanager_snapshot(current.values(), previous, ctx.at, evaluation_interval, url)
+        items += alertmanager_items(snapshot, notifiers)
     # Outbox first, then state: a crash in between re-derives the same transition (same id) next time.
     # Rows are stamped with the wall clock, not ``at``: their age (for giving up) is real time.
-    result.enqueued = enqueue(store, outbox_items(notifications, notifiers))
+    result.enqueued = enqueue(store, items)
     write_states(store, changes.states)
     write_events(store, changes.events(ctx.at))
     result.notifications = notifications

@@ -1,22 +1,49 @@
 """Transitions → notifications → outbox items: one notification per group and status, one item per
 notifier (PagerDuty, which has no groups: one per alert).
 
-Notification ids are derived from what they report (group, status, alerts and their transitions),
-so evaluating the same instant again yields the same ids and the outbox skips them.
+Alertmanager is fed differently, the way Prometheus's rule manager feeds it: not transitions but,
+on every evaluation, one item per Alertmanager with every firing alert (``endsAt`` = now + 4 ×
+the evaluation interval, so it stays firing while tailwatch keeps re-sending it and expires on
+its own if tailwatch stops) and every alert resolved within the resend window (``endsAt`` = its
+resolution time, re-sent so that one lost request does not leave it firing until it expires).
+
+Notification ids are derived from what they report (group, status, alerts and their transitions;
+for Alertmanager the evaluation time and the alerts), so evaluating the same instant again yields
+the same ids and the outbox skips them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 
-from slo_rules.notifiers import AlertPayload, Notification, NotifierConfig, PagerDutyConfig
+from slo_rules.notifiers import (
+    AlertmanagerConfig,
+    AlertPayload,
+    Notification,
+    NotifierConfig,
+    PagerDutyConfig,
+)
 from slo_rules.rules import Route
 from slo_rules.state import AlertState, Transition
 
-__all__ = ["group_notifications", "outbox_items"]
+__all__ = [
+    "DEFAULT_EVALUATION_INTERVAL",
+    "alertmanager_items",
+    "alertmanager_snapshot",
+    "group_notifications",
+    "outbox_items",
+    "resend_window",
+]
+
+DEFAULT_EVALUATION_INTERVAL = timedelta(seconds=60)
+# Prometheus keeps re-sending a resolved alert for 15 minutes (rules/alerting.go resolvedRetention).
+RESOLVED_RESEND = timedelta(minutes=15)
+# endsAt of a firing alert = now + this many evaluation intervals: two or three lost evaluations or
+# requests in a row do not make Alertmanager resolve it (Prometheus uses the same factor).
+ENDS_AT_INTERVALS = 4
 
 
 def group_notifications(
@@ -66,9 +93,12 @@ def group_notifications(
 def outbox_items(
     notifications: Sequence[Notification], notifiers: Sequence[NotifierConfig]
 ) -> list[tuple[NotifierConfig, Notification]]:
-    """Every notification for every notifier; PagerDuty's split into one per alert."""
+    """Every notification for every notifier; PagerDuty's split into one per alert. Alertmanagers
+    get snapshots instead (:func:`alertmanager_items`)."""
     items: list[tuple[NotifierConfig, Notification]] = []
     for config in notifiers:
+        if isinstance(config, AlertmanagerConfig):
+            continue
         for notification in notifications:
             if isinstance(config, PagerDutyConfig):
                 items.extend((config, single) for single in _split(notification))
@@ -109,3 +139,74 @@ def _split(notification: Notification) -> list[Notification]:
             )
         )
     return out
+
+
+def resend_window(interval: timedelta) -> timedelta:
+    """How long a resolved alert is re-sent to Alertmanager: 15 minutes, or 4 intervals when that is
+    longer — as long as the last firing request could keep it alive there on its own."""
+    return max(RESOLVED_RESEND, ENDS_AT_INTERVALS * interval)
+
+
+def alertmanager_snapshot(
+    current: Iterable[AlertState],
+    previous: Mapping[str, AlertState],
+    at: datetime,
+    interval: timedelta,
+    url: str,
+) -> Notification | None:
+    """What Alertmanager should know at ``at``; ``None`` when there is nothing to tell it.
+
+    ``current``: every alert's state after this evaluation; ``previous``: before it. Firing alerts
+    go with ``endsAt = at + 4 × interval``, alerts resolved within :func:`resend_window` with their
+    resolution time. ``cause`` is a label (routes and inhibitions match on it): when an alert's
+    cause changes while it fires, the label set under the old cause is resolved now.
+    """
+    window = resend_window(interval)
+    alerts: list[AlertPayload] = []
+    for state in sorted(current, key=lambda s: (s.alertname, s.fingerprint)):
+        if state.starts_at is None:
+            continue
+        if state.state == "firing":
+            alerts.append(_am_payload(state, "firing", at + ENDS_AT_INTERVALS * interval, url))
+            before = previous.get(state.fingerprint)
+            if before is not None and before.state == "firing" and before.cause != state.cause:
+                alerts.append(_am_payload(before, "resolved", at, url))
+        elif state.state == "resolved" and state.ends_at is not None and at - window < state.ends_at <= at:
+            alerts.append(_am_payload(state, "resolved", state.ends_at, url))
+    if not alerts:
+        return None
+    # The same evaluation instant always yields the same snapshot, hence the same id.
+    identity = ["alertmanager", at.isoformat(), [a.to_dict() for a in alerts]]
+    return Notification(
+        id=hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:32],
+        status="firing" if any(a.status == "firing" for a in alerts) else "resolved",
+        group_key="{}",
+        group_labels={},
+        alerts=tuple(alerts),
+        external_url=url,
+        created_at=at,
+    )
+
+
+def alertmanager_items(
+    snapshot: Notification | None, notifiers: Sequence[NotifierConfig]
+) -> list[tuple[NotifierConfig, Notification]]:
+    """The snapshot for every Alertmanager (each instance of an HA pair gets its own)."""
+    if snapshot is None:
+        return []
+    return [(c, snapshot) for c in notifiers if isinstance(c, AlertmanagerConfig)]
+
+
+def _am_payload(state: AlertState, status: str, ends_at: datetime, url: str) -> AlertPayload:
+    assert state.starts_at is not None
+    labels = dict(state.labels)
+    labels["cause"] = state.cause or "none"
+    return AlertPayload(
+        status="resolved" if status == "resolved" else "firing",
+        labels=labels,
+        annotations=dict(state.annotations),
+        starts_at=state.starts_at,
+        ends_at=ends_at,
+        fingerprint=state.fingerprint,
+        generator_url=state.annotations.get("dashboard", url),
+    )

@@ -1,4 +1,5 @@
-"""Notifications and the notifiers that deliver them: Alertmanager webhook, Slack, PagerDuty.
+"""Notifications and the notifiers that deliver them: Alertmanager webhook, Slack, PagerDuty, and
+Alertmanager itself (its ``/api/v2/alerts`` push API).
 
 One small protocol, :class:`Notifier` (``send(notification) -> DeliveryResult``): a notifier never
 raises into the outbox; it returns what happened. Every request carries
@@ -13,15 +14,22 @@ raises into the outbox; it returns what happened. Every request carries
 Retries inside one ``send``: 429, 5xx and network errors, exponential backoff with full jitter,
 ``Retry-After`` first (when it is short enough to wait for; a longer one is handed back to the
 outbox, which schedules the next attempt no earlier than it asks).
+
+The Alertmanager notifier is different in kind: it is not told about transitions but handed, on
+every evaluation, the whole set of firing and recently resolved alerts (``snapshot`` configs,
+:func:`slo_rules.fanout.alertmanager_items`), the way Prometheus's rule manager pushes them.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import os
 import random
+import re
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -29,15 +37,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any, Literal, Protocol, TypeAlias
+from urllib.parse import urlsplit
 
 import httpx
 
 from slo_rules.errors import DeliveryError
-from storage import as_utc, parse_time, utc_now
+from storage import as_utc, format_duration, parse_time, utc_now
 
 __all__ = [
     "RETRYABLE_STATUS",
     "AlertPayload",
+    "AlertmanagerConfig",
+    "AlertmanagerNotifier",
     "DeliveryResult",
     "Notification",
     "Notifier",
@@ -48,6 +59,7 @@ __all__ = [
     "SlackNotifier",
     "WebhookConfig",
     "WebhookNotifier",
+    "alertmanager_alerts",
     "alertmanager_body",
     "build_notifier",
     "pagerduty_body",
@@ -215,7 +227,44 @@ class PagerDutyConfig:
     kind = "pagerduty"
 
 
-NotifierConfig: TypeAlias = WebhookConfig | SlackConfig | PagerDutyConfig
+@dataclass(frozen=True)
+class AlertmanagerConfig:
+    """An Alertmanager (one per instance of an HA pair) fed through its ``/api/v2/alerts`` API.
+
+    ``url`` is its base URL (``http://host:9093``, with the route prefix if it has one). Credentials
+    come from the environment only: ``username`` with the password in ``password_env`` (basic
+    auth), or the token in ``bearer_token_env``. ``ca_file`` verifies an https Alertmanager whose
+    certificate the system store does not know. ``name`` defaults to ``alertmanager@host:port``,
+    so the two instances of a pair keep their own outbox rows, retries and metrics.
+    """
+
+    url: str
+    name: str = ""
+    timeout_s: float = 10.0
+    username: str | None = None
+    password_env: str | None = None
+    bearer_token_env: str | None = None
+    ca_file: str | None = None
+
+    kind = "alertmanager"
+    # Each outbox item holds every alert Alertmanager should know now: a newer one replaces an
+    # undelivered older one (see slo_rules.outbox).
+    snapshot = True
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            parts = urlsplit(self.url)
+            where = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+            object.__setattr__(self, "name", f"alertmanager@{where}" if where else "alertmanager")
+
+    @property
+    def alerts_url(self) -> str:
+        """``<url>/api/v2/alerts`` (a URL that already ends there is kept)."""
+        base = self.url.rstrip("/")
+        return base if base.endswith("/api/v2/alerts") else base + "/api/v2/alerts"
+
+
+NotifierConfig: TypeAlias = WebhookConfig | SlackConfig | PagerDutyConfig | AlertmanagerConfig
 
 
 @dataclass(frozen=True)
@@ -273,14 +322,17 @@ def slack_body(notification: Notification) -> dict[str, Any]:
             f"({labels.get('severity', '')})"
         )
         summary = alert.annotations.get("summary", "")
-        lines.append(f"{head}: {summary}")
+        lasted = _lasted(alert)
+        lines.append(f"{head}: {summary}" + (f" ({lasted})" if lasted else ""))
         detail = [f"*{_mrkdwn(head)}*", _mrkdwn(summary)]
+        if lasted:
+            detail.append(lasted)
         cause = alert.annotations.get("cause")
         if cause:
             detail.append(f"cause: *{_mrkdwn(cause)}*")
-        link = alert.annotations.get("dashboard")
-        if link:
-            detail.append(f"<{link}|dashboard>")
+        links = [f"<{_slack_url(url)}|{text}>" for url, text in _links(alert)]
+        if links:
+            detail.append(" · ".join(links))
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "\n".join(detail)[:2900]}})
     if len(notification.alerts) > 20:
         more = len(notification.alerts) - 20
@@ -292,6 +344,32 @@ def slack_body(notification: Notification) -> dict[str, Any]:
 def _mrkdwn(text: str) -> str:
     # Slack mrkdwn needs only these three escaped; span names are user data.
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _slack_url(url: str) -> str:
+    # Inside <url|text> a "|" or ">" would end the URL early; percent-encoding them keeps it whole.
+    return url.replace("|", "%7C").replace(">", "%3E").replace("<", "%3C")
+
+
+def _lasted(alert: AlertPayload) -> str:
+    """``resolved after 2h`` for a resolved alert, else ``""``."""
+    if alert.status != "resolved" or alert.ends_at is None:
+        return ""
+    seconds = max(0.0, (as_utc(alert.ends_at) - as_utc(alert.starts_at)).total_seconds())
+    return f"resolved after {format_duration(round(seconds))}" if seconds >= 1 else "resolved"
+
+
+def _links(alert: AlertPayload, traces: int = 3) -> list[tuple[str, str]]:
+    """(url, text) of the alert's dashboard and of its first exemplar traces."""
+    out: list[tuple[str, str]] = []
+    if alert.annotations.get("dashboard"):
+        out.append((alert.annotations["dashboard"], "dashboard"))
+    urls = alert.annotations.get("exemplar_urls", "").split()
+    ids = [t for t in alert.annotations.get("exemplar_trace_ids", "").split(",") if t]
+    for i, url in enumerate(urls[:traces]):
+        trace_id = ids[i] if i < len(ids) else ""
+        out.append((url, f"trace {trace_id[:8]}" if trace_id else f"trace {i + 1}"))
+    return out
 
 
 _PD_SEVERITY = {"page": "critical", "ticket": "warning", "info": "info"}
@@ -322,10 +400,44 @@ def pagerduty_body(notification: Notification, routing_key: str, source: str = "
         },
         "client": "tailwatch",
     }
+    links = [
+        {"href": url, "text": "tailwatch dashboard" if text == "dashboard" else f"exemplar {text}"}
+        for url, text in _links(alert, traces=5)
+    ]
+    if links:
+        body["links"] = links
     if alert.annotations.get("dashboard"):
-        body["links"] = [{"href": alert.annotations["dashboard"], "text": "tailwatch dashboard"}]
         body["client_url"] = alert.annotations["dashboard"]
     return body
+
+
+_LABEL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _label_name(name: str) -> str:
+    # Rule files only accept valid names; this keeps one odd label of an old stored alert from
+    # making Alertmanager refuse the whole batch (a 400 for every alert in it).
+    if _LABEL_NAME.match(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_]", "_", name).lstrip("0123456789") or "_"
+
+
+def alertmanager_alerts(notification: Notification) -> list[dict[str, Any]]:
+    """The postable alerts of Alertmanager's API v2 (``POST /api/v2/alerts``): labels (with
+    ``cause``, already among them), annotations, ``startsAt``, ``endsAt`` and ``generatorURL``."""
+    out = []
+    for alert in notification.alerts:
+        item: dict[str, Any] = {
+            "labels": {_label_name(k): v for k, v in alert.labels.items() if v != ""},
+            "annotations": {_label_name(k): v for k, v in alert.annotations.items()},
+            "startsAt": _iso(alert.starts_at),
+        }
+        if alert.ends_at is not None:
+            item["endsAt"] = _iso(alert.ends_at)
+        if alert.generator_url:
+            item["generatorURL"] = alert.generator_url
+        out.append(item)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,11 +528,12 @@ class _HttpNotifier:
         self.max_wait_s = max_wait_s
         self._client = client or httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False)
         self._own_client = client is None
+        self.extra_headers: dict[str, str] = {}
         # Waits go through an Event so close() interrupts a sleeping retry instead of blocking shutdown.
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s) and None)
 
-    def render(self, notification: Notification) -> dict[str, Any]:
+    def render(self, notification: Notification) -> Any:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -439,6 +552,7 @@ class _HttpNotifier:
             "Content-Type": "application/json",
             "User-Agent": "tailwatch",
             IDEMPOTENCY_HEADER: notification.id,
+            **self.extra_headers,
         }
         if self.secret:
             timestamp = str(int(time.time()))
@@ -513,6 +627,25 @@ class SlackNotifier(_HttpNotifier):
         return slack_body(notification)
 
 
+class AlertmanagerNotifier(_HttpNotifier):
+    """Posts the snapshot's alerts to Alertmanager's ``/api/v2/alerts`` (a JSON array).
+
+    Alertmanager identifies an alert by its label set, so posting the same alerts again (every
+    evaluation, or the retry of a request that did arrive) only moves their ``endsAt``; grouping,
+    silences, inhibition and the HA pair's deduplication all happen on its side.
+    """
+
+    kind = "alertmanager"
+
+    def __init__(self, *, authorization: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if authorization:
+            self.extra_headers["Authorization"] = authorization
+
+    def render(self, notification: Notification) -> list[dict[str, Any]]:
+        return alertmanager_alerts(notification)
+
+
 class PagerDutyNotifier(_HttpNotifier):
     kind = "pagerduty"
 
@@ -532,6 +665,29 @@ def _secret(env_name: str | None, notifier: str) -> str | None:
     if not value:
         raise DeliveryError(f"notifier {notifier!r}: environment variable {env_name} (its secret) is not set")
     return value
+
+
+def _authorization(config: AlertmanagerConfig) -> str | None:
+    """The ``Authorization`` header value, credentials read from the environment now."""
+    if config.bearer_token_env:
+        token = _secret(config.bearer_token_env, config.name)
+        return f"Bearer {token}"
+    if config.username is not None or config.password_env:
+        password = _secret(config.password_env, config.name) or ""
+        pair = f"{config.username or ''}:{password}".encode()
+        return "Basic " + base64.b64encode(pair).decode()
+    return None
+
+
+def _tls_client(config: AlertmanagerConfig) -> httpx.Client | None:
+    """A client that trusts the CAs in ``ca_file`` (only those: not the system's as well)."""
+    if not config.ca_file:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=config.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise DeliveryError(f"notifier {config.name!r}: CA file {config.ca_file}: {exc}") from None
+    return httpx.Client(timeout=httpx.Timeout(config.timeout_s), follow_redirects=False, verify=context)
 
 
 def build_notifier(config: NotifierConfig, **options: Any) -> _HttpNotifier:
@@ -559,6 +715,21 @@ def build_notifier(config: NotifierConfig, **options: Any) -> _HttpNotifier:
             secret=_secret(config.secret_env, config.name),
             **options,
         )
+    if isinstance(config, AlertmanagerConfig):
+        authorization = _authorization(config)
+        tls = None if "client" in options else _tls_client(config)
+        notifier = AlertmanagerNotifier(
+            name=config.name,
+            url=config.alerts_url,
+            timeout_s=config.timeout_s,
+            secret=None,
+            authorization=authorization,
+            **({"client": tls} if tls is not None else {}),
+            **options,
+        )
+        if tls is not None:
+            notifier._own_client = True  # built here, so closed with the notifier
+        return notifier
     if isinstance(config, PagerDutyConfig):
         key = os.environ.get(config.routing_key_env, "")
         if not key:

@@ -10,6 +10,11 @@ Delivery semantics (also in docs/alerting.md):
   keys they have seen (for at least a day) see every transition exactly once.
 - Failures (429, 5xx, network) are retried with exponential backoff and jitter, never earlier than
   a ``Retry-After``; other 4xx answers and notifications older than ``max_age`` become ``dead``.
+- Alertmanager items are snapshots (every alert it should know at one evaluation, re-posted each
+  evaluation; Alertmanager deduplicates by label set). An undelivered snapshot that a newer one
+  for the same notifier follows is ``superseded``: the newer one says everything it said, with
+  fresher ``endsAt``. So a notifier that is down is retried once per evaluation with the newest
+  snapshot, and the backoff paces the retries of one snapshot between evaluations.
 
 Rows are never updated: each change inserts a newer version (ReplacingMergeTree), and readers take
 the newest row per (notifier, id).
@@ -23,18 +28,31 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import pyarrow as pa
+from prometheus_client import CollectorRegistry
 
+from slo_rules.metrics import DeliveryMetrics, delivery_metrics
 from slo_rules.notifiers import DeliveryResult, Notification, Notifier, NotifierConfig, build_notifier
 from slo_rules.schema import MIGRATIONS, OUTBOX_TABLE
 from storage import Store, TailwatchError, as_utc, ensure_schema, utc_now
 
-__all__ = ["DeliveryReport", "OutboxRow", "deliver", "enqueue", "outbox_rows"]
+__all__ = [
+    "SNAPSHOT_KINDS",
+    "DeliveryReport",
+    "NotifierStatus",
+    "OutboxRow",
+    "deliver",
+    "delivery_status",
+    "enqueue",
+    "outbox_rows",
+]
 
-OutboxStatus = Literal["pending", "delivered", "dead"]
+OutboxStatus = Literal["pending", "delivered", "dead", "superseded"]
+# Notifier kinds whose every item is a full snapshot, replacing the ones before it.
+SNAPSHOT_KINDS = frozenset({"alertmanager"})
 
 log = logging.getLogger("tailwatch.slo_rules")
 
@@ -94,6 +112,7 @@ class DeliveryReport:
     delivered: int = 0
     retrying: int = 0
     dead: int = 0
+    superseded: int = 0
     unconfigured: int = 0
     undelivered: list[OutboxRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -103,10 +122,11 @@ class DeliveryReport:
         return not self.undelivered
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"{self.attempted} attempted, {self.delivered} delivered, {self.retrying} to retry, "
             f"{self.dead} dead, {len(self.undelivered)} undelivered"
         )
+        return text + (f", {self.superseded} superseded" if self.superseded else "")
 
 
 def _write(store: Store, rows: Sequence[OutboxRow]) -> None:
@@ -125,6 +145,8 @@ def outbox_rows(
     """The newest version of every outbox row, optionally filtered, oldest first."""
     where = ["1"]
     params: dict[str, Any] = {}
+    if not store.table_exists(OUTBOX_TABLE):
+        return []
     if status is not None:
         where.append("status = {status:String}")
         params["status"] = status
@@ -213,20 +235,23 @@ def deliver(
     now: datetime | None = None,
     max_age: timedelta = timedelta(hours=24),
     notifier_factory: Callable[[NotifierConfig], Notifier] | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> DeliveryReport:
     """Send every due notification (``force``: every pending one, whatever its backoff).
 
     Without ``force``, a notifier that fails with a retryable error is skipped for the rest of
     this drain (its later notifications keep their order and are tried on the next drain).
+    With ``registry``, the outcomes are counted there (:class:`slo_rules.metrics.DeliveryMetrics`).
     """
     ensure_schema(store, MIGRATIONS)
     moment = as_utc(now or utc_now())
     report = DeliveryReport()
+    metrics = delivery_metrics(registry) if registry is not None else None
     configs = {c.name: c for c in notifiers}
     built: dict[str, Notifier] = {}
     broken: set[str] = set()
     try:
-        for row in outbox_rows(store, status="pending"):
+        for row in _supersede(store, outbox_rows(store, status="pending"), report, metrics):
             if row.notifier not in configs:
                 report.unconfigured += 1
                 report.undelivered.append(row)
@@ -250,6 +275,8 @@ def deliver(
             result = _send(built[row.notifier], row)
             updated = _after_send(row, result, moment, max_age)
             _write(store, [updated])
+            if metrics is not None:
+                _count(metrics, updated, result)
             if updated.status == "delivered":
                 report.delivered += 1
                 continue
@@ -265,7 +292,54 @@ def deliver(
             close = getattr(notifier, "close", None)
             if close is not None:
                 close()
+    if metrics is not None:
+        waiting: dict[tuple[str, str], int] = {(c.name, c.kind): 0 for c in notifiers}
+        for row in report.undelivered:
+            if row.status == "pending":
+                key = (row.notifier, row.notifier_kind)
+                waiting[key] = waiting.get(key, 0) + 1
+        for (name, kind), count in waiting.items():
+            metrics.pending.labels(name, kind).set(count)
     return report
+
+
+def _supersede(
+    store: Store, rows: list[OutboxRow], report: DeliveryReport, metrics: DeliveryMetrics | None
+) -> list[OutboxRow]:
+    """The pending rows to consider: of a snapshot notifier's, only the newest.
+
+    The older ones are marked ``superseded`` (their bodies dropped: a snapshot is re-derived every
+    evaluation, so only its delivery record is worth keeping) and never sent.
+    """
+    newest: dict[str, OutboxRow] = {}
+    for row in rows:  # oldest first
+        if row.notifier_kind in SNAPSHOT_KINDS:
+            newest[row.notifier] = row
+    kept: list[OutboxRow] = []
+    replaced: list[OutboxRow] = []
+    for row in rows:
+        latest = newest.get(row.notifier)
+        if row.notifier_kind in SNAPSHOT_KINDS and latest is not None and latest is not row:
+            replaced.append(row.replace(status="superseded", notification=""))
+            if metrics is not None:
+                metrics.sent.labels(row.notifier, row.notifier_kind, "superseded").inc()
+        else:
+            kept.append(row)
+    _write(store, replaced)
+    report.superseded += len(replaced)
+    return kept
+
+
+def _count(metrics: DeliveryMetrics, row: OutboxRow, result: DeliveryResult) -> None:
+    labels = (row.notifier, row.notifier_kind)
+    failed = result.attempts - (1 if result.ok else 0)
+    if failed:
+        metrics.requests.labels(*labels, "error").inc(failed)
+    if result.ok:
+        metrics.requests.labels(*labels, "ok").inc()
+        metrics.last_success.labels(*labels).set(time.time())
+    outcome = {"delivered": "delivered", "dead": "dead"}.get(row.status, "retry")
+    metrics.sent.labels(*labels, outcome).inc()
 
 
 def _send(notifier: Notifier, row: OutboxRow) -> DeliveryResult:
@@ -287,6 +361,8 @@ def _after_send(row: OutboxRow, result: DeliveryResult, moment: datetime, max_ag
             attempts=attempts,
             delivered_at=utc_now(),
             last_error="",
+            # A delivered snapshot is history; the next evaluation derives a new one anyway.
+            notification="" if row.notifier_kind in SNAPSHOT_KINDS else row.notification,
         )
     if not result.retryable or moment - row.created_at >= max_age:
         reason = result.error if not result.retryable else f"gave up after {max_age}: {result.error}"
@@ -297,3 +373,90 @@ def _after_send(row: OutboxRow, result: DeliveryResult, moment: datetime, max_ag
         next_attempt_at=moment + timedelta(seconds=wait),
         last_error=result.error[:500],
     )
+
+
+NotifierHealth = Literal["ok", "pending", "failing"]
+
+
+@dataclass(frozen=True)
+class NotifierStatus:
+    """One notifier's delivery record over a period (``tailwatch alerts list`` prints one line each).
+
+    ``state``: ``failing`` when its newest item was refused or is waiting for a retry (then
+    ``last_error`` and ``next_attempt_at`` say why and when), ``pending`` when items wait for their
+    first attempt, else ``ok``.
+    """
+
+    notifier: str
+    kind: str
+    state: NotifierHealth
+    pending: int
+    dead: int
+    superseded: int
+    delivered: int
+    last_delivered_at: datetime | None
+    last_error: str
+    attempts: int
+    next_attempt_at: datetime | None
+
+    def __str__(self) -> str:
+        parts = [f"{self.state}"]
+        if self.state == "failing":
+            when = f", next attempt {_when(self.next_attempt_at)}" if self.next_attempt_at else ""
+            parts.append(f"{self.attempts} failed attempts{when}: {self.last_error}")
+        counts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.pending, "pending"),
+                (self.dead, "dead"),
+                (self.superseded, "superseded"),
+                (self.delivered, "delivered"),
+            )
+            if n
+        ]
+        if counts:
+            parts.append(", ".join(counts))
+        parts.append(f"last delivered {_when(self.last_delivered_at) if self.last_delivered_at else 'never'}")
+        return "; ".join(parts)
+
+
+def _when(value: datetime) -> str:
+    return as_utc(value).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def delivery_status(store: Store, since: datetime | None = None) -> list[NotifierStatus]:
+    """Per notifier, what happened to the items created since ``since`` (default: all kept)."""
+    if not store.table_exists(OUTBOX_TABLE):
+        return []
+    sql = (
+        "SELECT notifier, any(notifier_kind), countIf(status = 'pending'), countIf(status = 'dead'), "
+        "countIf(status = 'superseded'), countIf(status = 'delivered'), "
+        "maxIf(delivered_at, status = 'delivered'), "
+        # The newest item decides whether the notifier is failing now.
+        "argMax(status, (created_at, id)), argMax(last_error, (created_at, id)), "
+        "argMax(attempts, (created_at, id)), argMax(next_attempt_at, (created_at, id)) "
+        f"FROM (SELECT * FROM {store.table(OUTBOX_TABLE)} ORDER BY version DESC LIMIT 1 BY notifier, id) "
+        "WHERE created_at >= {since:DateTime64(3, 'UTC')} GROUP BY notifier ORDER BY notifier"
+    )
+    since = since or datetime(1970, 1, 1, tzinfo=UTC)
+    out = []
+    for r in store.query_rows(sql, {"since": since}):
+        newest_status, newest_error, newest_attempts = str(r[7]), str(r[8]), int(r[9])
+        failing = newest_status == "dead" or (newest_status == "pending" and newest_attempts > 0)
+        state: NotifierHealth = "failing" if failing else ("pending" if int(r[2]) else "ok")
+        out.append(
+            NotifierStatus(
+                notifier=str(r[0]),
+                kind=str(r[1]),
+                state=state,
+                pending=int(r[2]),
+                dead=int(r[3]),
+                superseded=int(r[4]),
+                delivered=int(r[5]),
+                last_delivered_at=as_utc(r[6]) if r[6] is not None and int(r[5]) else None,
+                last_error=newest_error if failing else "",
+                attempts=newest_attempts if failing else 0,
+                next_attempt_at=as_utc(r[10]) if failing and newest_status == "pending" else None,
+            )
+        )
+    return out

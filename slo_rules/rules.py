@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,11 +60,13 @@ __all__ = [
     "RuleKind",
     "RuleSet",
     "Severity",
+    "SliceRegressionRule",
     "check_rule_files",
     "load_rules",
 ]
 
 DEFAULT_RULES_PATH = Path(__file__).with_name("default.yaml")
+_LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 
 Severity = Literal["page", "ticket", "info"]
 SEVERITIES: tuple[Severity, ...] = ("page", "ticket", "info")
@@ -74,6 +77,7 @@ RuleKind = Literal[
     "cold_path_starvation",
     "abandonment",
     "retry_amplification",
+    "slice_regression",
 ]
 RULE_KINDS: tuple[str, ...] = RuleKind.__args__  # type: ignore[attr-defined]
 
@@ -130,10 +134,18 @@ class _RuleBase(_Model):
 
     @model_validator(mode="after")
     def _reserved_labels(self) -> _RuleBase:
-        reserved = {"alertname", "severity", "service", "operation", "queue", "workflow", "path"}
+        # ``cause`` is the label Alertmanager receives the attribution verdict under.
+        reserved = {"alertname", "severity", "service", "operation", "queue", "workflow", "path", "cause"}
         clash = sorted(reserved & set(self.labels))
         if clash:
             raise ValueError(f"labels {clash} are set by the rule engine; choose other label names")
+        # Alertmanager refuses a whole request over one invalid name; refuse it here instead.
+        invalid = sorted(n for n in (*self.labels, *self.annotations) if not _LABEL_NAME.match(n))
+        if invalid:
+            raise ValueError(
+                f"label and annotation names must match [a-zA-Z_][a-zA-Z0-9_]* (Alertmanager's rule), "
+                f"got {', '.join(repr(n) for n in invalid)}"
+            )
         return self
 
 
@@ -260,6 +272,41 @@ class RetryAmplificationRule(_RuleBase):
         return fnmatch.fnmatchcase(workflow, self.workflow)
 
 
+class SliceRegressionRule(_RuleBase, _HotSelector):
+    """A feature-flag variant worse than its flag's control: p99 or abandonment, significantly.
+
+    One alert per (service, operation, flag, variant) of the analysis' ``slices`` frame; the control
+    is the analytics' (``Conventions.slice_control_variants``, else the variant with most requests).
+    A limit set to ``null`` turns its condition off.
+    """
+
+    kind: Literal["slice_regression"]
+    flag: Glob = "*"
+    variant: Glob = "*"
+    window: Duration = timedelta(hours=1)
+    # How much worse than control a variant may be before it alerts, when the analytics also find
+    # the difference significant (the release-step test for p99, Newcombe's interval for abandonment).
+    max_p99_delta_ms: float | None = Field(default=0.0, ge=0)
+    max_abandonment_delta: float | None = Field(default=0.01, ge=0, lt=1)
+    min_requests: int = Field(default=100, ge=1)  # on each side: the variant and its control
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> SliceRegressionRule:
+        if self.max_p99_delta_ms is None and self.max_abandonment_delta is None:
+            raise ValueError("set max_p99_delta_ms, max_abandonment_delta, or both")
+        clash = sorted({"flag", "variant"} & set(self.labels))
+        if clash:
+            raise ValueError(f"labels {clash} are set by the rule engine; choose other label names")
+        return self
+
+    def selects_slice(self, service: str, operation: str, flag: str, variant: str) -> bool:
+        return (
+            self.selects(service, operation)
+            and fnmatch.fnmatchcase(flag, self.flag)
+            and fnmatch.fnmatchcase(variant, self.variant)
+        )
+
+
 AnyRule: TypeAlias = (
     LatencySloRule
     | P99RegressionRule
@@ -267,6 +314,7 @@ AnyRule: TypeAlias = (
     | ColdPathStarvationRule
     | AbandonmentRule
     | RetryAmplificationRule
+    | SliceRegressionRule
 )
 # The schema of one list entry: ``kind`` selects the model.
 Rule: TypeAlias = Annotated[AnyRule, Field(discriminator="kind")]
@@ -395,6 +443,7 @@ _MODELS: dict[str, type[_Model]] = {
     "cold_path_starvation": ColdPathStarvationRule,
     "abandonment": AbandonmentRule,
     "retry_amplification": RetryAmplificationRule,
+    "slice_regression": SliceRegressionRule,
 }
 
 

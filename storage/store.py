@@ -287,6 +287,14 @@ class Store:
                 raise StoreError(f"ClickHouse error ({self.location.redacted()}): {first}") from exc
 
 
+# The driver's messages bury the cause in a urllib3 retry report: name it in the user's words.
+_UNREACHABLE = (
+    ("Connection refused", "connection refused"),
+    ("Name or service not known", "unknown host"),
+    ("timed out", "connection timed out"),
+)
+
+
 def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0, create: bool = True) -> Store:
     """Open the store the DSN names (``None``: the embedded default, ``.tailwatch/store``).
 
@@ -342,9 +350,14 @@ def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0, create:
             connect_timeout=connect_timeout,
         )
     except ClickHouseError as exc:
-        raise StoreError(
-            f"store {location.redacted()} could not be reached: {' '.join(str(exc).split())[:300]}"
-        ) from None
+        message = " ".join(str(exc).split())
+        for symptom, meaning in _UNREACHABLE:
+            if symptom in message:
+                raise StoreError(
+                    f"store {location.redacted()} could not be reached: {meaning} "
+                    f"(is ClickHouse listening on {location.host}:{location.port}?)"
+                ) from None
+        raise StoreError(f"store {location.redacted()} could not be reached: {message[:300]}") from None
     except OSError as exc:
         raise StoreError(f"store {location.redacted()} could not be reached: {exc}") from None
     return Store(location, client)

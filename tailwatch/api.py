@@ -30,7 +30,7 @@ import threading
 import zipfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from storage import Store, TailwatchError, parse_time
+from storage import Store, TailwatchError, as_utc, parse_time
 from tailwatch.config import TailwatchConfig
 from tailwatch.remote import EXPORT_REPORT_HEADER
 from tailwatch.service_schema import recent_job_runs
@@ -64,7 +64,7 @@ def _time_param(value: str, name: str) -> datetime:
 
 def _json_default(value: object) -> object:
     if isinstance(value, datetime):
-        return (value if value.tzinfo else value.replace(tzinfo=UTC)).isoformat()
+        return as_utc(value).isoformat()
     if isinstance(value, date):
         return value.isoformat()
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
@@ -273,7 +273,13 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         staging = Path(tempfile.mkdtemp(prefix="tailwatch-export-"))
         try:
             report = export_dashboards(
-                api.store, staging, start, end, formats=tuple(formats), conventions=_conventions(api)
+                api.store,
+                staging,
+                start,
+                end,
+                formats=tuple(formats),
+                conventions=_conventions(api),
+                trace_url=api.config.links.trace_url,
             )
             buffer = io.BytesIO()
             with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:

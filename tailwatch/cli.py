@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -26,6 +27,9 @@ class _Group(click.Group):
     """Turns every :class:`TailwatchError` into one ``tailwatch: error: …`` line and exit code 2."""
 
     def invoke(self, ctx: click.Context) -> Any:
+        # clickhouse-connect logs a driver failure ("Unexpected Http Driver Exception", a urllib3
+        # line) before raising it; the raised error already becomes our one-line message.
+        logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
         try:
             return super().invoke(ctx)
         except TailwatchError as exc:

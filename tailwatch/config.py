@@ -42,7 +42,6 @@ import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -58,6 +57,7 @@ from pydantic import (
 )
 
 from collectors import PipelineSettings
+from slo_rules import check_trace_url
 from storage import StoreError, StoreLocation, TailwatchError, default_store_dsn, format_duration, parse_dsn
 from storage import parse_duration as storage_parse_duration
 
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from slo_rules import NotifierConfig
 
 __all__ = [
+    "ALERTMANAGER_URL_ENV",
     "CONFIG_ENV",
     "DASHBOARDS_URL_ENV",
     "DEFAULT_CONFIG_FILE",
@@ -75,6 +76,7 @@ __all__ = [
     "SECRET_PATH_HOSTS",
     "SPOOL_DIR_ENV",
     "STORE_ENV",
+    "TRACE_URL_ENV",
     "WEBHOOK_SECRET_ENV",
     "WEBHOOK_URL_ENV",
     "ConfigError",
@@ -115,6 +117,13 @@ WEBHOOK_URL_ENV = "TAILWATCH_WEBHOOK_URL"
 
 WEBHOOK_SECRET_ENV = "TAILWATCH_WEBHOOK_SECRET"  # noqa: S105 (a variable name, not a secret)
 """The HMAC secret the example config and ``alerts evaluate --webhook`` sign webhook bodies with."""
+
+ALERTMANAGER_URL_ENV = "TAILWATCH_ALERTMANAGER_URL"
+"""Alertmanager base URL(s), comma-separated for an HA pair (``notify.alertmanager``; ``alerts
+evaluate``/``deliver --alertmanager``)."""
+
+TRACE_URL_ENV = "TAILWATCH_TRACE_URL"
+"""Template of a trace's URL in the user's trace viewer (``{trace_id}``, ``{start}``, ``{end}``)."""
 
 DASHBOARDS_URL_ENV = "TAILWATCH_DASHBOARDS_URL"
 """Base URL of the dashboards as on-call reaches them, linked from every alert."""
@@ -164,9 +173,11 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("TAILWATCH_SCHEDULE_DASHBOARDS", "schedule.dashboards", "dashboard export schedule"),
     EnvVar("TAILWATCH_ANALYSIS_WINDOW", "analysis.window", "window the analysis job covers, ending now"),
     EnvVar("TAILWATCH_DASHBOARDS_DIR", "dashboards.out_dir", "directory of the exported dashboards"),
+    EnvVar(TRACE_URL_ENV, "links.trace_url", "trace viewer URL template with {trace_id}, {start}, {end}"),
     EnvVar(DASHBOARDS_URL_ENV, "dashboards.public_url", "base URL of /dashboards in alert links"),
     EnvVar("TAILWATCH_RULES", "rules.files", f"rule files, separated by '{os.pathsep}'", "list"),
     EnvVar(WEBHOOK_URL_ENV, "notify.webhook", "adds one Alertmanager-format webhook", "webhook"),
+    EnvVar(ALERTMANAGER_URL_ENV, "notify.alertmanager", "Alertmanager URLs (comma-separated: an HA pair)"),
     EnvVar("TAILWATCH_LOG_FORMAT", "log.format", "plain or json"),
     EnvVar("TAILWATCH_LOG_LEVEL", "log.level", "debug, info, warning or error"),
 )
@@ -314,6 +325,7 @@ def _check_url(value: str) -> str:
 
 
 Url = Annotated[str, BeforeValidator(lambda v: _check_url(v) if isinstance(v, str) else v)]
+TraceUrl = Annotated[str, BeforeValidator(lambda v: check_trace_url(v) if isinstance(v, str) else v)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -404,29 +416,14 @@ class AnalysisConfig(_Section):
     @field_validator("conventions")
     @classmethod
     def _known_conventions(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if not value:
-            return value
-        import dataclasses
+        if value:
+            from analytics import Conventions
 
-        from analytics import Conventions
-
-        known = {f.name for f in dataclasses.fields(Conventions)}
-        unknown = sorted(set(value) - known)
-        if unknown:
-            raise ValueError(f"unknown convention {unknown[0]!r}; known: {', '.join(sorted(known))}")
-        # TOML arrays arrive as lists (the conventions hold tuples) and durations as strings.
-        durations = {f.name for f in dataclasses.fields(Conventions) if isinstance(f.default, timedelta)}
-        converted: dict[str, Any] = {}
-        for key, item in value.items():
-            if key in durations:
-                converted[key] = timedelta(seconds=parse_duration(item))
-            else:
-                converted[key] = tuple(item) if isinstance(item, list) else item
-        try:
-            Conventions(**converted)
-        except (TypeError, ValueError) as exc:
-            raise ValueError(str(exc)) from None
-        return converted
+            try:
+                Conventions.from_dict(value)  # checked at load; conventions_object() builds it
+            except ValueError as exc:
+                raise ValueError(str(exc)) from None
+        return value
 
     def conventions_object(self) -> Conventions | None:
         """``analytics.Conventions`` with these overrides, or ``None`` for the defaults."""
@@ -434,7 +431,7 @@ class AnalysisConfig(_Section):
             return None
         from analytics import Conventions
 
-        return Conventions(**self.conventions)
+        return Conventions.from_dict(self.conventions)
 
 
 class DashboardsConfig(_Section):
@@ -486,10 +483,61 @@ class PagerDutyEntry(_Section):
     timeout: Duration = 10.0
 
 
+class AlertmanagerEntry(_Section):
+    # One per Alertmanager instance (both of an HA pair); credentials only from the environment.
+    url: Url
+    name: str | None = None  # default: alertmanager@host:port
+    timeout: Duration = 10.0
+    username: str | None = None
+    password_env: EnvName | None = None
+    bearer_token_env: EnvName | None = None
+    ca_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _auth(self) -> AlertmanagerEntry:
+        if urlsplit(self.url).password is not None:
+            raise ValueError("no password in the URL; set username and password_env")
+        if (self.username is None) != (self.password_env is None):
+            raise ValueError("basic auth takes both username and password_env")
+        if self.password_env and self.bearer_token_env:
+            raise ValueError("set basic auth (username, password_env) or bearer_token_env, not both")
+        return self
+
+
+def _alertmanager_urls(value: object) -> object:
+    # TAILWATCH_ALERTMANAGER_URL arrives as one string: "http://am-0:9093,http://am-1:9093".
+    if isinstance(value, str):
+        return [{"url": u} for u in value.replace(",", " ").split()]
+    return value
+
+
 class NotifyConfig(_Section):
     webhook: list[WebhookEntry] = Field(default_factory=list)
     slack: list[SlackEntry] = Field(default_factory=list)
     pagerduty: list[PagerDutyEntry] = Field(default_factory=list)
+    alertmanager: Annotated[list[AlertmanagerEntry], BeforeValidator(_alertmanager_urls)] = Field(
+        default_factory=list
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> NotifyConfig:
+        # The outbox keeps one row per (notifier name, notification): two notifiers under one name
+        # would share it, and the second would never be sent anything.
+        from slo_rules import AlertmanagerConfig
+
+        names = [e.name for e in self.webhook] + [e.name for e in self.slack]
+        names += [e.name for e in self.pagerduty]
+        names += [AlertmanagerConfig(url=a.url, name=a.name or "").name for a in self.alertmanager]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"notifier names must be unique; give each a name: {', '.join(twice)}")
+        return self
+
+
+class LinksConfig(_Section):
+    # The trace viewer users already run (Jaeger, Tempo, HyperDX/ClickStack, SigNoz): alerts,
+    # notifications and dashboard tables link each exemplar trace there. See slo_rules.trace_link.
+    trace_url: TraceUrl | None = None
 
 
 class LogConfig(_Section):
@@ -509,6 +557,7 @@ class TailwatchConfig(_Section):
     dashboards: DashboardsConfig = Field(default_factory=DashboardsConfig)
     rules: RulesConfig = Field(default_factory=RulesConfig)
     notify: NotifyConfig = Field(default_factory=NotifyConfig)
+    links: LinksConfig = Field(default_factory=LinksConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     # Where the file came from (not a key users set); relative paths in it resolve against it.
     config_file: Path | None = Field(default=None, exclude=True)
@@ -571,7 +620,14 @@ class TailwatchConfig(_Section):
         for i, p in enumerate(self.notify.pagerduty):
             needed.append((f"notify.pagerduty[{i}].routing_key_env", p.routing_key_env))
             needed.append((f"notify.pagerduty[{i}].secret_env", p.secret_env))
+        for i, a in enumerate(self.notify.alertmanager):
+            needed.append((f"notify.alertmanager[{i}].password_env", a.password_env))
+            needed.append((f"notify.alertmanager[{i}].bearer_token_env", a.bearer_token_env))
         where = f" (file {self.config_file})" if self.config_file else ""
+        for i, a in enumerate(self.notify.alertmanager):
+            if a.ca_file is not None and not a.ca_file.expanduser().is_file():
+                key = f"notify.alertmanager[{i}].ca_file"
+                raise ConfigError(f"invalid configuration: {key}: {a.ca_file} is not a file{where}")
         for key, name in needed:
             if name and not env.get(name):
                 raise ConfigError(
@@ -581,7 +637,7 @@ class TailwatchConfig(_Section):
 
     def notifiers(self) -> list[NotifierConfig]:
         """The ``[notify]`` entries as ``slo_rules`` notifier configs."""
-        from slo_rules import PagerDutyConfig, SlackConfig, WebhookConfig
+        from slo_rules import AlertmanagerConfig, PagerDutyConfig, SlackConfig, WebhookConfig
 
         out: list[NotifierConfig] = []
         for w in self.notify.webhook:
@@ -604,6 +660,18 @@ class TailwatchConfig(_Section):
                     name=p.name,
                     timeout_s=p.timeout,
                     secret_env=p.secret_env,
+                )
+            )
+        for a in self.notify.alertmanager:
+            out.append(
+                AlertmanagerConfig(
+                    url=a.url,
+                    name=a.name or "",
+                    timeout_s=a.timeout,
+                    username=a.username,
+                    password_env=a.password_env,
+                    bearer_token_env=a.bearer_token_env,
+                    ca_file=str(a.ca_file.expanduser()) if a.ca_file else None,
                 )
             )
         return out
@@ -923,6 +991,16 @@ def render_config(config: TailwatchConfig) -> str:
             f"routing_key_env = {q(p.routing_key_env)}{_env_state(p.routing_key_env)}",
             f"url = {q(_mask_url(p.url))}",
         ]
+    for a in config.notify.alertmanager:
+        lines += ["", "[[notify.alertmanager]]", f"url = {q(_mask_url(a.url))}"]
+        lines += [f"name = {q(a.name)}"] if a.name else []
+        lines += [f"username = {q(a.username)}"] if a.username else []
+        for key, env in (("password_env", a.password_env), ("bearer_token_env", a.bearer_token_env)):
+            lines += [f"{key} = {q(env)}{_env_state(env)}"] if env else []
+        lines += [f"ca_file = {q(str(a.ca_file))}"] if a.ca_file else []
+        lines.append(f"timeout = {q(format_duration(a.timeout))}")
+    if config.links.trace_url:
+        lines += ["", "[links]", f"trace_url = {q(config.links.trace_url)}"]
     lines += ["", "[log]", f"format = {q(config.log.format)}", f"level = {q(config.log.level)}"]
     return "\n".join(lines) + "\n"
 
@@ -944,8 +1022,9 @@ def example_config() -> str:
 {env_lines}
 
 # The store: chdb:///abs/path (embedded; the service owns it while running) or
-# http(s)://user:password@host:port/database (a ClickHouse server or cluster).
-store = "chdb:///var/lib/tailwatch/store"
+# http(s)://user:password@host:port/database (a ClickHouse server or cluster). Default: the
+# embedded store under ./.tailwatch/store, which any user can start with.
+# store = "chdb:///var/lib/tailwatch/store"
 
 [receiver]
 otlp_http = "127.0.0.1:4318"   # OTLP/HTTP, also /api/v1, /dashboards, /metrics; "off" disables
@@ -987,18 +1066,27 @@ formats = ["html"]             # add "png" for images (needs Chromium)
 # public_url = "https://tailwatch.example.com/dashboards"   # base of the links in alerts
 
 [rules]
-files = ["slo_rules/default.yaml"]     # [] = the default pack
+files = []                     # [] = the shipped pack; paths are relative to this file
 
-# Alertmanager-format webhook receivers (body: Alertmanager webhook v4).
-[[notify.webhook]]
-url = "http://127.0.0.1:9093/hook"
-secret_env = "TAILWATCH_WEBHOOK_SECRET"   # HMAC-SHA256 signature of each body when set
+# Where alerts go: uncomment what you run. `tailwatch config check` says what is missing.
+# Receivers of Alertmanager-format webhooks (the body Alertmanager sends its receivers, v4).
+# [[notify.webhook]]
+# url = "http://127.0.0.1:5001/hook"
+# secret_env = "TAILWATCH_WEBHOOK_SECRET"   # HMAC-SHA256 signature of each body when set
+
+# Alertmanager itself (POST /api/v2/alerts, re-sent every evaluation); one table per instance.
+# [[notify.alertmanager]]
+# url = "http://127.0.0.1:9093"
+# bearer_token_env = "TAILWATCH_ALERTMANAGER_TOKEN"   # or username + password_env; ca_file for https
 
 # [[notify.slack]]
 # url_env = "TAILWATCH_SLACK_URL"         # the incoming-webhook URL is itself a secret
 
 # [[notify.pagerduty]]
 # routing_key_env = "TAILWATCH_PAGERDUTY_KEY"
+
+# [links]
+# trace_url = "http://127.0.0.1:16686/trace/{{trace_id}}"  # your trace viewer; {{start}}/{{end}} also work
 
 [log]
 format = "plain"               # or "json" (one object per line)

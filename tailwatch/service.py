@@ -10,7 +10,8 @@ receivers never notice.
 
 :class:`Service` wires the stages together: the ingest pipeline and receivers (collectors), the
 API and ``/dashboards/`` routes (:mod:`tailwatch.api`) mounted on the OTLP/HTTP port, the jobs
-(analytics, slo_rules, dashboards) and the discovery file read commands use to find the API.
+(analytics, slo_rules, dashboards), the tail metrics on ``/metrics`` (:mod:`tailwatch.metrics`)
+and the discovery file read commands use to find the API.
 
 Usage::
 
@@ -39,12 +40,16 @@ from typing import Any, Literal
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from analytics import Conventions
 from collectors import IngestPipeline, IngestRuntime
 from slo_rules import NotifierConfig, RuleSet
 from storage import Store, TailwatchError, open_store, parse_dsn
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
+from tailwatch.metrics import TailMetrics
 from tailwatch.remote import SERVICE_FILE
 from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, recent_job_runs
 
@@ -257,7 +262,10 @@ class JobRunner:
         *,
         registry: CollectorRegistry | None = None,
         lease: SchedulerLease | None = None,
+        on_run: Callable[[JobRun], None] | None = None,
     ) -> None:
+        """``on_run`` is called after each run that was not skipped (the service refreshes the
+        tail metrics then); what it raises is logged."""
         from apscheduler.executors.pool import ThreadPoolExecutor
         from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -267,6 +275,7 @@ class JobRunner:
         self.metrics = _JobMetrics(registry if registry is not None else CollectorRegistry())
         self.lease = lease if lease is not None else SchedulerLease(store, config.schedule.lease_ttl)
         self.instance = self.lease.holder
+        self.on_run = on_run
         self._running = 0
         self._idle = threading.Condition()
         self._lease_lock = threading.Lock()
@@ -383,6 +392,11 @@ class JobRunner:
             if run.status == "ok":
                 self.metrics.last_success.labels(name).set(run.finished_at.timestamp())
             self._record(run)
+            if self.on_run is not None:
+                try:
+                    self.on_run(run)
+                except Exception as exc:
+                    log.error("after the %s run of job %s: %s", run.status, run.job, exc)
             return run
         finally:
             with self._idle:
@@ -479,6 +493,8 @@ class _Evaluate:
     rules: _Rules
     dashboard_url: Callable[[], str | None]
     notifiers: list[NotifierConfig] = field(default_factory=list)
+    # Where delivery outcomes are counted (the registry served on /metrics).
+    registry: CollectorRegistry | None = None
 
     def __call__(self, ctx: JobContext) -> object:
         from slo_rules import deliver, evaluate
@@ -490,9 +506,28 @@ class _Evaluate:
             notifiers=self.notifiers,
             dashboard_url=self.dashboard_url(),
             conventions=_conventions(ctx.config),
+            trace_url=ctx.config.links.trace_url,
+            evaluation_interval=self.interval(ctx.config.schedule.evaluate, ctx.now),
         )
-        report = deliver(ctx.store, self.notifiers)
+        report = deliver(ctx.store, self.notifiers, registry=self.registry)
         return f"{result}; {report}"
+
+    @staticmethod
+    def interval(schedule: Schedule, now: datetime) -> timedelta:
+        """How long until this job runs again: Alertmanager keeps a firing alert for four of these.
+        For a cron schedule, the longest of its next few gaps."""
+        if schedule.kind == "interval" and schedule.seconds:
+            return timedelta(seconds=schedule.seconds)
+        trigger = schedule.trigger()
+        gaps: list[timedelta] = []
+        fire = trigger.get_next_fire_time(None, now) if trigger is not None else None
+        for _ in range(4):
+            following = trigger.get_next_fire_time(fire, fire) if fire is not None else None
+            if following is None or following <= fire:
+                break
+            gaps.append(following - fire)
+            fire = following
+        return max(gaps, default=timedelta(seconds=60))
 
 
 def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | None = None) -> list[Path]:
@@ -516,6 +551,7 @@ def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | No
             end if start else None,
             formats=tuple(config.dashboards.formats),
             conventions=_conventions(config),
+            trace_url=config.links.trace_url,
         )
         published = []
         for path in report.files:
@@ -538,13 +574,16 @@ def default_jobs(
     *,
     rules: _Rules | None = None,
     dashboard_url: Callable[[], str | None] | None = None,
+    registry: CollectorRegistry | None = None,
 ) -> list[Job]:
-    """The four stage jobs on their configured schedules."""
+    """The four stage jobs on their configured schedules (delivery counted on ``registry``)."""
     rules = rules or _Rules(config.rules.files)
     funcs: dict[JobName, JobFunc] = {
         "rollup": _rollup,
         "analyze": _analyze,
-        "evaluate": _Evaluate(rules, dashboard_url or config.dashboard_url, config.notifiers()),
+        "evaluate": _Evaluate(
+            rules, dashboard_url or config.dashboard_url, config.notifiers(), registry=registry
+        ),
         "dashboards": _dashboards,
     }
     return [Job(name, config.schedule.job(name), funcs[name]) for name in JOB_NAMES]
@@ -553,6 +592,28 @@ def default_jobs(
 # ---------------------------------------------------------------------------------------------
 # The service
 # ---------------------------------------------------------------------------------------------
+
+
+class _MetricsGuard:
+    """``/metrics`` behind the token when one is configured (``Bearer``, or Basic with the token
+    as password, as the API takes it): the tail metrics name services, operations and alerts,
+    which the API serves only with the token. ``/healthz`` and ``/readyz`` stay open for probes."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].rstrip("/") == "/metrics":
+            from tailwatch.api import token_matches
+
+            if not token_matches(Headers(scope=scope).get("authorization", ""), self.token):
+                refused = PlainTextResponse(
+                    "missing or wrong bearer token\n", status_code=401, headers={"WWW-Authenticate": "Bearer"}
+                )
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class Service:
@@ -571,6 +632,7 @@ class Service:
         self.store: Store | None = None
         self.ingest: IngestRuntime | None = None
         self.runner: JobRunner | None = None
+        self.tail_metrics: TailMetrics | None = None
         self.rules = _Rules(config.rules.files)
         self.api_url: str | None = None
         self._service_file: Path | None = None
@@ -613,6 +675,12 @@ class Service:
                 registry=self.registry,
                 ready=lambda: self.runner is None or self.runner.alive,
             )
+            if token:
+                self.ingest.receivers.app.add_middleware(_MetricsGuard, token=token)
+            if config.schedule.enabled:
+                # The analysis and alert gauges; a receivers-only instance serves ingest series only.
+                self.tail_metrics = TailMetrics(self.store, registry=self.registry)
+                self.tail_metrics.start()
             self.ingest.start()
             if config.receiver.otlp_http:
                 host = config.receiver.otlp_http.rpartition(":")[0]
@@ -621,8 +689,12 @@ class Service:
                 self.api_url = f"http://{host}:{self.ingest.http_port}"
             if config.schedule.enabled:
                 if jobs is None:
-                    jobs = default_jobs(config, rules=self.rules, dashboard_url=self.dashboard_url)
-                self.runner = JobRunner(self.store, config, jobs, registry=self.registry)
+                    jobs = default_jobs(
+                        config, rules=self.rules, dashboard_url=self.dashboard_url, registry=self.registry
+                    )
+                self.runner = JobRunner(
+                    self.store, config, jobs, registry=self.registry, on_run=self._after_job
+                )
                 self.runner.start()
             else:
                 log.info("scheduling disabled ([schedule] enabled = false): receivers only")
@@ -630,14 +702,22 @@ class Service:
         except BaseException:
             self.stop(timeout_s=5)
             raise
+        # Each URL followed by a space: the log formatter masks URLs, and punctuation glued to one
+        # would make it unparsable.
         log.info(
-            "tailwatch serving store %s; OTLP/HTTP %s, OTLP/gRPC %s",
+            "tailwatch serving store %s with OTLP/HTTP %s (API, /metrics) and OTLP/gRPC %s",
             parse_dsn(config.store).redacted(),
             self.api_url or "off",
             f"{config.receiver.otlp_grpc.rpartition(':')[0]}:{self.ingest.grpc_port if self.ingest else 0}"
             if config.receiver.otlp_grpc
             else "off",
         )
+
+    def _after_job(self, run: JobRun) -> None:
+        # A run may have persisted an analysis or changed an alert: the gauges follow at once
+        # rather than at the next stale scrape.
+        if self.tail_metrics is not None:
+            self.tail_metrics.refresh_soon()
 
     def _run_job_for_api(self, name: str) -> JobRun:
         if self.runner is None or name not in self.runner.jobs:
@@ -660,6 +740,9 @@ class Service:
             if not clean:
                 log.warning("a job was still running after %.0fs; exiting without waiting for it", timeout)
             self.runner = None
+        if self.tail_metrics is not None:
+            self.tail_metrics.stop(timeout_s=max(1.0, deadline - time.monotonic()))
+            self.tail_metrics = None
         if self.store is not None and clean:
             self.store.close()
             self.store = None

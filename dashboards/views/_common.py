@@ -36,14 +36,23 @@ __all__ = [
     "window_subtitle",
 ]
 
-View = Literal["hot_path", "cold_path", "abandonment", "retries", "attribution", "alerts"]
-VIEWS: Final[tuple[View, ...]] = ("hot_path", "cold_path", "abandonment", "retries", "attribution", "alerts")
+View = Literal["hot_path", "cold_path", "abandonment", "retries", "attribution", "boundary", "alerts"]
+VIEWS: Final[tuple[View, ...]] = (
+    "hot_path",
+    "cold_path",
+    "abandonment",
+    "retries",
+    "attribution",
+    "boundary",
+    "alerts",
+)
 VIEW_TITLES: Final[dict[View, str]] = {
     "hot_path": "Hot path: p99 vs release cadence",
     "cold_path": "Cold path: enqueue-to-ready",
     "abandonment": "Abandonment by 500 ms latency bucket",
     "retries": "Retry amplification per hop",
     "attribution": "Regression attribution: LLM vs internal",
+    "boundary": "Hot/cold boundary: latency budget, model calls, migration slices",
     "alerts": "Alerts: firing and resolved",
 }
 

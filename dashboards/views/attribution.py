@@ -33,7 +33,10 @@ EXEMPLARS: Final = 3
 
 
 def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -> go.Figure:
-    """Per operation: the p99 delta split into LLM vs internal, the spans behind it, exemplars, signals."""
+    """Per operation: the p99 delta split into LLM vs internal, the spans behind it, exemplars, signals.
+
+    The page around the figure lists the same exemplars as links to the user's trace viewer
+    (``dashboards.export``): plotly.js re-encodes the URLs of links drawn inside a figure."""
     attribution = analysis.attribution
     if not attribution.height:
         return empty_figure("attribution", analysis, "no hot-path operation to compare with the baseline")

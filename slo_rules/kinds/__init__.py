@@ -16,6 +16,7 @@ from slo_rules.kinds import (
     p99_regression,
     release_coupling,
     retry_amplification,
+    slice_regression,
 )
 from slo_rules.kinds._common import Candidate, Context
 from slo_rules.kinds.latency_slo import burn_rate
@@ -23,7 +24,7 @@ from slo_rules.rules import AnyRule, RuleKind
 
 __all__ = ["EVALUATORS", "Candidate", "Context", "Evaluator", "burn_rate", "candidates"]
 
-# Each evaluator takes its own rule model; ``Any`` lets one mapping hold all six.
+# Each evaluator takes its own rule model; ``Any`` lets one mapping hold them all.
 Evaluator = Callable[[Any, Context], list[Candidate]]
 
 EVALUATORS: Mapping[RuleKind, Evaluator] = {
@@ -33,6 +34,7 @@ EVALUATORS: Mapping[RuleKind, Evaluator] = {
     "cold_path_starvation": cold_path_starvation.candidates,
     "abandonment": abandonment.candidates,
     "retry_amplification": retry_amplification.candidates,
+    "slice_regression": slice_regression.candidates,
 }
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from slo_rules.annotate import attribution_annotations
+from slo_rules.links import trace_links
 from slo_rules.rules import AnyRule
 from slo_rules.source import DataSource
 from storage import as_utc
@@ -36,18 +37,27 @@ class Candidate:
 
 
 class Context:
-    """One evaluation: its instant, where the numbers come from, where the dashboards are."""
+    """One evaluation: its instant, where the numbers come from, where the dashboards and the
+    traces (``trace_url``, a :func:`slo_rules.trace_link` template) are."""
 
-    def __init__(self, source: DataSource, at: datetime, dashboard_url: str) -> None:
+    def __init__(
+        self, source: DataSource, at: datetime, dashboard_url: str, trace_url: str | None = None
+    ) -> None:
         self.source = source
         self.at = at
         self.dashboard_url = dashboard_url.rstrip("/")
+        self.trace_url = trace_url
 
     def dashboard(self, view: str) -> str:
         return f"{self.dashboard_url}/{view}.html"
 
     def window(self, length: timedelta) -> tuple[datetime, datetime]:
         return self.at - length, self.at
+
+    def trace_links(self, exemplar_trace_ids: str, start: datetime, end: datetime) -> dict[str, str]:
+        """``exemplar_url``/``exemplar_urls`` for the comma-separated ids of traces picked from the
+        window ``start``–``end`` (nothing without a trace URL template)."""
+        return trace_links(self.trace_url, exemplar_trace_ids.split(","), start, end)
 
     def attribution(
         self,
@@ -64,7 +74,9 @@ class Context:
         except Exception as exc:
             log.warning("attribution of %s %s failed: %s", service, operation, exc)
             return {"cause": "none", "attribution_error": f"{type(exc).__name__}: {exc}"}
-        return attribution_annotations(analysis, service, operation)
+        out = attribution_annotations(analysis, service, operation)
+        out.update(self.trace_links(out.get("exemplar_trace_ids", ""), start, end))
+        return out
 
 
 def alert_labels(rule: AnyRule, severity: str, **selector: str) -> dict[str, str]:

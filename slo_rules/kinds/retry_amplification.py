@@ -52,6 +52,7 @@ def candidates(rule: RetryAmplificationRule, ctx: Context) -> list[Candidate]:
             exemplar = str(row.get(EXEMPLAR_COLUMN) or "")
             if exemplar:
                 extra["exemplar_trace_ids"] = exemplar
+                extra.update(ctx.trace_links(exemplar, start, end))
             return finish(extra, head, {}, rule)
 
         out.append(Candidate(rule, labels, bool(reasons), annotate))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from tailwatch.commands._common import ISO_TIME, store_option
+from tailwatch.commands._common import ISO_TIME, command_config, store_option
 from tailwatch.remote import RemoteService, store_or_service
 
 if TYPE_CHECKING:
@@ -63,7 +63,8 @@ def export(
         report = target.export_dashboards(out_dir, start, end, chosen)
     else:
         with target as store:
-            report = export_dashboards(store, out_dir, start, end, formats=chosen)
+            trace_url = command_config(store_dsn).links.trace_url  # TAILWATCH_TRACE_URL or the file
+            report = export_dashboards(store, out_dir, start, end, formats=chosen, trace_url=trace_url)
     for path in report.files:
         click.echo(str(path))
     window = f"{report.start:%Y-%m-%dT%H:%M:%SZ} → {report.end:%Y-%m-%dT%H:%M:%SZ}" if report.start else "?"

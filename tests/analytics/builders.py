@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
-from collectors.spans import SpanLink, SpanRow, new_span_id, new_trace_id
+from collectors.spans import SpanEvent, SpanLink, SpanRow, new_span_id, new_trace_id
 
 __all__ = [
     "MS",
@@ -29,9 +29,13 @@ __all__ = [
     "at",
     "cold_job",
     "dt",
+    "flagged",
     "hot_request",
+    "queued_request",
     "scenario_abandonment_cliff",
+    "scenario_boundary",
     "scenario_cold_queues",
+    "scenario_flag_split",
     "scenario_internal_regression",
     "scenario_llm_regression",
     "scenario_release_coupling",
@@ -512,4 +516,192 @@ def scenario_retries(runs: int = 200) -> Scenario:
         baseline_start=dt(at(-3600)),
         baseline_end=dt(at(0)),
         expected={"retry_rate": 0.05, "modeled_amplification": 1.05**3, "attempt_amplification": 1.05},
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The hot/cold boundary and slices of a migration.
+
+
+def flagged(request: list[SpanRow], flag: str, variant: str, *, how: str = "event") -> list[SpanRow]:
+    """``request`` (root first) with the flag's evaluation recorded as OpenTelemetry writes it:
+    ``how="event"`` a ``feature_flag.evaluation`` event (``feature_flag.result.variant``) on the
+    root's first child (or the root), ``"old-event"`` the older ``feature_flag`` event
+    (``feature_flag.variant``) on the root, ``"attributes"`` span attributes on the root."""
+    root, *rest = request
+    if how == "attributes":
+        attrs = {**root.attributes, "feature_flag.key": flag, "feature_flag.result.variant": variant}
+        return [replace(root, attributes=attrs), *rest]
+    if how == "old-event":
+        event = SpanEvent(
+            root.start_ns, "feature_flag", {"feature_flag.key": flag, "feature_flag.variant": variant}
+        )
+        return [replace(root, events=(*root.events, event)), *rest]
+    if how != "event":
+        raise ValueError(f"how must be 'event', 'old-event' or 'attributes', got {how!r}")
+    event = SpanEvent(
+        root.start_ns,
+        "feature_flag.evaluation",
+        {
+            "feature_flag.key": flag,
+            "feature_flag.result.variant": variant,
+            "feature_flag.provider.name": "flagd",
+        },
+    )
+    if not rest:
+        return [replace(root, events=(event,))]
+    first = rest[0]
+    return [root, replace(first, events=(*first.events, event)), *rest[1:]]
+
+
+def queued_request(
+    service: str,
+    operation: str,
+    start_ns: int,
+    duration_ms: float,
+    queue: str,
+    wait_s: float,
+    processing_s: float,
+    *,
+    version: str = "1.0.0",
+    abandoned: bool = False,
+    model: str = "gpt-4o-mini",
+) -> list[SpanRow]:
+    """A hot request that enqueues its work instead of calling the model, Celery style: the root,
+    an ``apply_async`` Producer child 1 ms in, and in the same trace the worker's ``run`` Consumer
+    (the producer's child) starting ``wait_s`` after the enqueue and running ``processing_s``, with
+    the model call below it. Enqueue-to-ready = ``wait_s + processing_s``."""
+    spans = hot_request(
+        service, operation, start_ns, duration_ms, version=version, http_status=499 if abandoned else 200
+    )
+    root = spans[0]
+    producer = SpanRow(
+        trace_id=root.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=root.span_id,
+        name=f"apply_async/{queue}",
+        start_ns=start_ns + MS,
+        duration_ns=MS,
+        kind="Producer",
+        service=service,
+        resource_attributes={"service.version": version},
+        attributes={"messaging.destination": queue, "messaging.message.id": new_span_id()},
+    )
+    run_start = producer.start_ns + int(wait_s * S)
+    run = SpanRow(
+        trace_id=root.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=producer.span_id,
+        name=f"run/{queue}",
+        start_ns=run_start,
+        duration_ns=int(processing_s * S),
+        kind="Consumer",
+        service="worker",
+        attributes={"messaging.destination": queue, "celery.state": "SUCCESS"},
+    )
+    call = SpanRow(
+        trace_id=root.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=run.span_id,
+        name=f"chat {model}",
+        start_ns=run_start,
+        duration_ns=int(processing_s * S * 0.9),
+        kind="Client",
+        service="worker",
+        attributes=_llm_attrs("openai", model, tokens=(900, 300)),
+    )
+    return [*spans, producer, run, call]
+
+
+def scenario_boundary(per_release: int = 600) -> Scenario:
+    """A day of three operations and the budget that applies to each:
+
+    * ``chat-api POST /chat`` — :func:`scenario_release_coupling`: 1.2.0 adds a synchronous model
+      call; configured budget 800 ms. Over budget with the call, within it without: move it off.
+    * ``status GET /status`` — 50–150 ms, no model call; budget 500 ms (globs ``stat*``,
+      ``GET /*``): keep.
+    * ``reports POST /report`` — 2.2–2.8 s of internal work and a 40 ms model call; budget 2 s
+      (``reports``, any operation): over budget even without the call, optimise internal work.
+    * ``web GET /answer`` — :func:`scenario_abandonment_cliff`: no budget configured, so the cliff
+      (2000 ms) is its budget.
+
+    ``expected["budgets"]`` is the ``latency_budgets`` convention in its config-file form."""
+    rng = random.Random(13)
+    spans = list(scenario_release_coupling(per_release=per_release).spans)
+    for i in range(1000):
+        spans += hot_request("status", "GET /status", at(i * 80.0), 50.0 + rng.random() * 100.0)
+    for i in range(400):
+        internal = 2200.0 + rng.random() * 600.0
+        spans += hot_request(
+            "reports", "POST /report", at(i * 200.0), 0.0, llm_ms=40.0, internal=[("render pdf", internal)]
+        )
+    spans += scenario_abandonment_cliff().spans
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(24 * 3600)),
+        baseline_start=dt(at(-24 * 3600)),
+        baseline_end=dt(at(0)),
+        expected={
+            "budgets": [
+                {"service": "chat-api", "operation": "POST /chat", "budget": "800ms"},
+                {"service": "stat*", "operation": "GET /*", "budget_ms": 500},
+                {"service": "reports", "budget": "2s"},
+            ],
+            "recommendation": {
+                ("chat-api", "POST /chat"): "move_off_hot_path",
+                ("status", "GET /status"): "keep",
+                ("reports", "POST /report"): "optimise_internal",
+                ("web", "GET /answer"): "optimise_internal",
+            },
+        },
+    )
+
+
+def scenario_flag_split(requests: int = 1000) -> Scenario:
+    """``docs-api POST /summarize`` under the flag ``summary-mode``: 70% ``sync`` (the model is
+    called in the request: 600–1400 ms, 10% abandoned) and 30% ``async`` (the request enqueues a
+    job on ``summaries`` and returns in 30–70 ms, 2% abandoned; the job is ready 2–8 s later, a
+    few after 60 s). The evaluation is recorded every way OpenTelemetry records it. Neither variant
+    has a conventional control name, so the control is ``sync``, the variant with most requests."""
+    rng = random.Random(29)
+    spans: list[SpanRow] = []
+    ways = ("event", "old-event", "attributes")
+    for i in range(requests):
+        start = at(i * 3.0)
+        if i % 10 < 7:
+            index = i // 10 * 7 + i % 10
+            request = hot_request(
+                "docs-api",
+                "POST /summarize",
+                start,
+                0.0,
+                llm_ms=600.0 + rng.random() * 800.0,
+                internal=[("load doc", 20.0)],
+                http_status=499 if index % 10 == 0 else 200,
+            )
+            spans += flagged(request, "summary-mode", "sync", how=ways[i % 3])
+        else:
+            index = i // 10 * 3 + i % 10 - 7
+            wait = 60.0 + rng.random() * 10.0 if index % 50 == 0 else 1.0 + rng.random() * 5.0
+            request = queued_request(
+                "docs-api",
+                "POST /summarize",
+                start,
+                30.0 + rng.random() * 40.0,
+                "summaries",
+                wait,
+                1.0 + rng.random(),
+                abandoned=index % 50 == 1,
+            )
+            spans += flagged(request, "summary-mode", "async", how=ways[i % 3])
+    return Scenario(
+        spans=spans,
+        start=dt(at(0)),
+        end=dt(at(3600)),
+        baseline_start=dt(at(-3600)),
+        baseline_end=dt(at(0)),
+        service="docs-api",
+        operation="POST /summarize",
+        expected={"flag": "summary-mode", "control": "sync", "requests": {"sync": 700, "async": 300}},
     )

@@ -36,6 +36,7 @@ from tests.analytics.builders import (
     hot_request,
     scenario_abandonment_cliff,
     scenario_cold_queues,
+    scenario_flag_split,
     scenario_internal_regression,
     scenario_llm_regression,
     scenario_release_coupling,
@@ -405,6 +406,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     for scenario in (scenario_llm_regression(), scenario_cold_queues(), scenario_retries()):
         insert_spans(store, scenario.spans)
     insert_spans(store, scenario_abandonment_cliff().spans)
+    insert_spans(store, scenario_flag_split(requests=200).spans)
     analysis = analyze(store, dt(at(0)), dt(at(3600)), dt(at(-3600)), dt(at(0)))
     data = json.loads(analysis.to_json())
     assert set(data) == {
@@ -415,6 +417,8 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "retry_amplification",
         "attribution",
         "llm_calls",
+        "boundary",
+        "slices",
     }
     assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
     assert data["window"]["start"] == "2026-11-02T08:00:00Z"
@@ -460,6 +464,27 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "internal_share", "verdict", "top_spans", "exemplar_trace_ids", "llm_signals",
     }  # fmt: skip
     assert set(at_["top_spans"][0]) == {"span_name", "class", "provider", "model", "delta_ms"}
+    sources = {b["service"]: b["budget_source"] for b in data["boundary"]}
+    assert (sources["web"], sources["chat-api"]) == ("cliff", None)  # none configured
+    for b in data["boundary"]:
+        assert set(b) == {
+            "service", "operation", "requests", "p99_ms", "budget_ms", "budget_source",
+            "requests_over_budget", "requests_over_budget_per_day", "sync_llm_calls_per_request",
+            "p99_without_sync_llm_ms",
+            "requests_over_budget_without_sync_llm", "recommendation", "reasons",
+        }  # fmt: skip
+        assert b["reasons"] and all(isinstance(r, str) for r in b["reasons"])
+    [flag] = data["slices"]
+    assert set(flag) == {"service", "operation", "flag", "control", "variants"}
+    for variant in flag["variants"]:
+        assert set(variant) == {
+            "variant", "requests", "p50_ms", "p99_ms", "abandonment_rate", "abandonment_rate_low",
+            "abandonment_rate_high", "sync_llm_calls_per_request", "cold_p99_s", "p99_delta_ms",
+            "abandonment_delta", "significant",
+        }  # fmt: skip
+    control, rollout = flag["variants"]
+    assert control["variant"] == flag["control"] and control["p99_delta_ms"] is None
+    assert rollout["p99_delta_ms"] is not None and isinstance(rollout["significant"], bool)
 
 
 def test_default_baseline_and_bad_windows(store: Store) -> None:
@@ -469,8 +494,9 @@ def test_default_baseline_and_bad_windows(store: Store) -> None:
     assert isinstance(analysis, Analysis) and json.loads(analysis.to_json())["hot_path"] == []
     with pytest.raises(AnalysisError, match="after start"):
         analyze(store, dt(at(10)), dt(at(0)))
-    with pytest.raises(AnalysisError, match="timezone"):
-        analyze(store, dt(at(0)).replace(tzinfo=None), dt(at(10)))
+    # One UTC policy everywhere (storage.times): a naive time is UTC, as ClickHouse returns it.
+    naive = analyze(store, dt(at(3600)).replace(tzinfo=None), dt(at(7200)).replace(tzinfo=None))
+    assert (naive.start, naive.end) == (analysis.start, analysis.end)
 
 
 def test_conventions_are_configurable(store: Store) -> None:

@@ -42,7 +42,9 @@ _INSPECT = """() => {
     xss: window.__xss,
     imgs: document.querySelectorAll('img').length,
     title: document.title,
-    links: Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href')),
+    // plotly.js draws links in figures as SVG <a xlink:href>.
+    links: Array.from(document.querySelectorAll('a')).map(
+      a => a.getAttribute('href') || a.getAttributeNS('http://www.w3.org/1999/xlink', 'href')),
     bodyText: document.body.innerText,
   };
 }"""

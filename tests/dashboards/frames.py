@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from analytics import Analysis
+from analytics import FRAME_SCHEMAS, Analysis
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_FLAG = '<img src=x onerror="window.__xss=1">'
@@ -246,11 +246,104 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "cold_share_current": [0.4],
         }
     )
+    # The LLM operation is over its cliff budget and would be within it without its model call; the
+    # other is within budget. A flag splits the LLM operation into a sync control and an async variant.
+    boundary = pl.DataFrame(
+        [
+            (
+                svc,
+                op_llm,
+                2000,
+                2100.0,
+                2000.0,
+                "cliff",
+                40,
+                320.0,
+                2.0,
+                650.0,
+                0,
+                55.0,
+                "move_off_hot_path",
+                ["p99 2,100 ms ≥ budget 2,000 ms (cliff)"],
+            ),
+            (
+                svc,
+                op_int,
+                1000,
+                450.0,
+                900.0,
+                "config",
+                0,
+                0.0,
+                0.0,
+                450.0,
+                0,
+                None,
+                "keep",
+                ["p99 450 ms < budget 900 ms (config)"],
+            ),
+        ],
+        schema=FRAME_SCHEMAS["boundary"],
+        orient="row",
+    )
+    flag = HOSTILE_FLAG if hostile else "summarize-off-hot-path"
+    slices = pl.DataFrame(
+        [
+            (
+                svc,
+                op_llm,
+                flag,
+                "sync",
+                "sync",
+                True,
+                700,
+                900.0,
+                2100.0,
+                0.12,
+                0.10,
+                0.15,
+                1.0,
+                None,
+                None,
+                None,
+                None,
+                None,
+                None,
+                0,
+            ),
+            (
+                svc,
+                op_llm,
+                flag,
+                "sync",
+                "async",
+                False,
+                300,
+                20.0,
+                25.0,
+                0.02,
+                0.01,
+                0.04,
+                0.0,
+                10.7,
+                -2075.0,
+                -0.10,
+                True,
+                True,
+                True,
+                290,
+            ),
+        ],
+        schema=FRAME_SCHEMAS["slices"],
+        orient="row",
+    )
     return Analysis(
         start=START,
         end=END,
         baseline_start=START - (END - START),
         baseline_end=START,
+        boundary=boundary,
+        slices=slices,
         hot_path=hot_path,
         releases=releases,
         release_coupling=release_coupling,

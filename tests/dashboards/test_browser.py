@@ -8,6 +8,9 @@ import pytest
 
 from collectors import insert_spans
 from dashboards import VIEWS, export_dashboards, write_dashboards
+from dashboards.export import TRACE_END_SLACK
+from dashboards.views.attribution import EXEMPLARS
+from slo_rules import trace_link
 from storage import Store
 from tests.dashboards.browser import chromium, open_page
 from tests.dashboards.frames import HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE, sample_alerts, sample_analysis
@@ -23,6 +26,7 @@ EXPECTED_TEXT = {
     "abandonment": [HOSTILE],
     "retries": [HOSTILE_FLAG],
     "attribution": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],
+    "boundary": [HOSTILE, HOSTILE_TEMPLATE],
     "alerts": [HOSTILE, HOSTILE_FLAG],
 }
 
@@ -76,3 +80,24 @@ def test_pages_exported_from_a_store_render(store: Store, tmp_path: Path) -> Non
             if view != "alerts":
                 assert HOSTILE in page.dom["svgText"], view
         assert "no alerts in this window" in page.dom["svgText"]
+
+
+def test_exemplar_ids_link_to_the_configured_trace_viewer(tmp_path: Path) -> None:
+    # A Grafana Explore template: quotes and braces in the URL, the id and window filled in.
+    template = (
+        'http://grafana.local:3000/explore?left={{"queries":[{{"query":"{trace_id}"}}]}}'
+        "&from={start}&to={end}"
+    )
+    analysis = sample_analysis()
+    write_dashboards(analysis, tmp_path, trace_url=template)
+    expected = {
+        trace_id: trace_link(template, trace_id, start=analysis.start, end=analysis.end + TRACE_END_SLACK)
+        for ids in analysis.attribution["exemplar_trace_ids"].to_list()
+        for trace_id in ids[:EXEMPLARS]
+    }
+    with chromium() as browser:
+        page = open_page(browser, tmp_path / "attribution.html", tmp_path)
+    assert page.console_errors == page.page_errors == page.blocked_requests == []
+    links = [link for link in page.dom["links"] if link and link.startswith("http://grafana.local")]
+    # Every exemplar of the page's table opens its trace, the URL exactly as the template made it.
+    assert sorted(links) == sorted(url for url in expected.values() if url)

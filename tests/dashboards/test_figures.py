@@ -194,6 +194,27 @@ def test_attribution_split_and_spans_match(analysis: Analysis, figures: dict[str
     assert "HotPathP99Regression (resolved, cause llm)" in titles
 
 
+def test_boundary_bars_budget_and_slices_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
+    fig = figures["boundary"]
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == analysis.boundary.height
+    by_budget = {b["p99_ms"]: b for b in analysis.boundary.iter_rows(named=True)}
+    for bar in bars:
+        row = by_budget[bar.x[0]]
+        # Now and without the sync model calls (not LLM/internal time: neither colour is used).
+        assert list(bar.x) == [row["p99_ms"], row["p99_without_sync_llm_ms"]]
+        assert LLM not in bar.marker.color and INTERNAL not in bar.marker.color
+    headlines = " ".join(a.text for a in fig.layout.annotations)
+    assert "move the model calls off the hot path" in headlines and "within budget" in headlines
+    budget_lines = [s for s in fig.layout.shapes if s.type == "line"]
+    assert sorted({s.x0 for s in budget_lines}) == sorted(analysis.boundary["budget_ms"].to_list())
+    [table] = [t for t in fig.data if t.type == "table"]
+    variants = table.cells.values[2]
+    assert variants[0].endswith("(control)") and len(variants) == analysis.slices.height
+    assert table.cells.values[5][1].startswith("-2,075 ms (significant)")
+    assert table.cells.values[8][1] == "10.7"  # the async variant's cold p99: what users wait for now
+
+
 def test_alerts_timeline_matches_history(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
     fig = figures["alerts"]
     alerts = sample_alerts(hostile=True)

@@ -54,7 +54,7 @@ def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     text = _text(book)
     assert "analysis run" in text and "0 failed" in text
     written = [line for line in text.splitlines() if line.endswith(".html")]
-    assert sorted(Path(p).name for p in written)[-1] == "retries.html" and len(written) == 7
+    assert sorted(Path(p).name for p in written)[-1] == "retries.html" and len(written) == 8
     assert all(Path(p).is_file() and Path(p).is_relative_to(tmp_path) for p in written)
 
 

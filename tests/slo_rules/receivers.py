@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -28,11 +29,13 @@ Responder = Callable[["Receiver", Received], tuple[int, dict[str, str], bytes] |
 
 @dataclass
 class Receiver:
-    """A threaded HTTP server on an ephemeral loopback port. ``stop()`` then ``start()`` keeps the port."""
+    """A threaded HTTP server on an ephemeral loopback port. ``stop()`` then ``start()`` keeps the port.
+    With ``tls`` (a server-side SSL context) it speaks https."""
 
     status: int = 200
     responder: Responder | None = None
     delay_s: float = 0.0
+    tls: ssl.SSLContext | None = None
     requests: list[Received] = field(default_factory=list)
     port: int = 0
     _server: ThreadingHTTPServer | None = None
@@ -40,7 +43,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> Receiver:
         receiver = self
@@ -68,6 +71,8 @@ class Receiver:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:
+            self._server.socket = self.tls.wrap_socket(self._server.socket, server_side=True)
         self.port = self._server.server_address[1]
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self

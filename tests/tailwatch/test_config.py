@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from storage import default_store_dsn
 from tailwatch.cli import main
 from tailwatch.config import (
     ConfigError,
@@ -217,7 +218,20 @@ def test_example_loads_and_show_masks_secrets(tmp_path: Path, monkeypatch: pytes
     again = runner.invoke(main, ["config", "init", "tw.toml"])
     assert again.exit_code != 0 and "exists" in again.output
     config = load_config(tmp_path / "tw.toml", env={})
-    assert config.schedule.analyze.seconds == 300.0 and config.notify.webhook[0].secret_env
+    assert config.schedule.analyze.seconds == 300.0
+    # What `config init` writes starts as an ordinary user on a fresh machine: the default embedded
+    # store, no notifier needing a secret, the shipped rules; `config check` says so.
+    assert config.store == default_store_dsn() and config.notifiers() == []
+    checked = runner.invoke(main, ["config", "check", "--config", "tw.toml"])
+    assert checked.exit_code == 0 and "configuration ok" in checked.output, checked.output
+    _write(
+        tmp_path,
+        '[[notify.webhook]]\nurl = "http://127.0.0.1:9/h"\nsecret_env = "UNSET_SECRET_X"\n'
+        '[rules]\nfiles = ["missing.yaml"]\n',
+        "broken.toml",
+    )
+    broken = runner.invoke(main, ["config", "check", "--config", "broken.toml"])
+    assert broken.exit_code in (1, 2) and "missing.yaml" in broken.output
 
     text = (
         'store = "http://reader:hunter2@127.0.0.1:8123/db"\n'

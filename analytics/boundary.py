@@ -1,0 +1,370 @@
+"""The hot/cold boundary: each hot operation's latency budget, what its synchronous model calls cost
+against it, and what to do about it (Polars and numpy, pure).
+
+* **Budget** — the first ``Conventions.latency_budgets`` entry whose service and operation globs
+  match, else the operation's abandonment cliff (the bucket where users start leaving), else none.
+  A request is over budget when its latency is at or above the budget (the boundary convention of
+  the 500 ms buckets); per day = count × 86400 / window seconds.
+* **Counterfactual** — each request's latency without its synchronous LLM calls: minus the time
+  those calls cover within the request (the union of their intervals, clipped to the root span;
+  for the tail traces attribution walked, the LLM time on the critical path when that is less),
+  plus ``sync_llm_replacement_ms`` per call removed.
+* **Abandoned requests saved** — with the operation's abandonment curve (rate per bucket), Σ over
+  requests of rate(bucket(latency)) − rate(bucket(counterfactual latency)), per day.
+* **Recommendation** — ``keep`` (p99 < budget), ``move_off_hot_path`` (p99 ≥ budget, counterfactual
+  p99 < budget), ``optimise_internal`` (both ≥ budget), with the numbers behind it as sentences.
+"""
+
+from __future__ import annotations
+
+import math
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from analytics._common import empty
+from analytics.conventions import Conventions
+
+__all__ = [
+    "BOUNDARY_RELEASES_SCHEMA",
+    "BOUNDARY_SCHEMA",
+    "COUNTERFACTUAL_SCHEMA",
+    "Recommendation",
+    "boundary",
+    "budget_for",
+    "counterfactual",
+    "sync_llm_union_ns",
+    "with_critical_path",
+]
+
+Recommendation = Literal["keep", "move_off_hot_path", "optimise_internal"]
+BudgetSource = Literal["config", "cliff"]
+
+BOUNDARY_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "requests": pl.Int64,
+    "p99_ms": pl.Float64,
+    "budget_ms": pl.Float64,  # null when none
+    "budget_source": pl.String,  # "config", "cliff" or null
+    "requests_over_budget": pl.Int64,
+    "requests_over_budget_per_day": pl.Float64,
+    "sync_llm_calls_per_request": pl.Float64,
+    "p99_without_sync_llm_ms": pl.Float64,
+    "requests_over_budget_without_sync_llm": pl.Int64,
+    "abandoned_saved_per_day": pl.Float64,  # null without an abandonment curve
+    "recommendation": pl.String,  # Recommendation, null without a budget
+    "reasons": pl.List(pl.String),
+}
+
+BOUNDARY_RELEASES_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "released_at": pl.Datetime("us", "UTC"),
+    "requests": pl.Int64,
+    "p99_ms": pl.Float64,
+    "budget_share": pl.Float64,  # p99 / budget, null without a budget
+}
+
+# The current window's requests with their counterfactual latency (what boundary() and the slices read).
+COUNTERFACTUAL_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "duration_ms": pl.Float64,
+    "abandoned": pl.Boolean,
+    "sync_llm_calls": pl.Int64,
+    "sync_llm_ms": pl.Float64,  # time the synchronous LLM calls hold within the request
+    "without_sync_llm_ms": pl.Float64,
+}
+
+_NONE = np.iinfo(np.int64).min
+
+
+def sync_llm_union_ns(requests: pl.DataFrame, calls: pl.DataFrame) -> np.ndarray:
+    """Per row of ``requests`` (``trace_key``, ``start``, ``duration_ms``): the nanoseconds covered by
+    the union of its synchronous LLM calls' intervals (``calls``: ``trace_key``, ``start_ns``,
+    ``end_ns``, ``sync``, one row per logical call, :func:`analytics.llm_calls.logical_calls`),
+    clipped to the request. Sequential calls on the critical path: exactly the time they hold it.
+    Pure."""
+    out = np.zeros(requests.height, dtype=np.float64)
+    sync = calls.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns")
+    if requests.is_empty() or sync.is_empty():
+        return out
+    lo = pl.col("start").dt.epoch("ns")
+    rows = requests.select(
+        "trace_key",
+        lo.alias("lo"),
+        # duration_ms is Duration / 1e6: rounding gives the root's nanoseconds back exactly.
+        (lo + (pl.col("duration_ms") * 1e6).round().cast(pl.Int64)).alias("hi"),
+    ).with_row_index("row")
+    hits = (
+        rows.join(sync, on="trace_key", how="inner")
+        .select(
+            "row",
+            pl.max_horizontal("start_ns", "lo").alias("s"),
+            pl.min_horizontal("end_ns", "hi").alias("e"),
+        )
+        .filter(pl.col("e") > pl.col("s"))
+        .sort("row", "s")
+    )
+    if hits.is_empty():
+        return out
+    row = hits["row"].to_numpy()
+    s = hits["s"].to_numpy()
+    e = hits["e"].to_numpy()
+    # The latest end of the request's earlier intervals (sorted by start): a segmented prefix max,
+    # by doubling — a request has a handful of calls, so a few vector passes instead of a window
+    # function over hundreds of thousands of tiny groups.
+    covered = np.full(row.size, _NONE, dtype=np.int64)
+    same = row[1:] == row[:-1]
+    covered[1:] = np.where(same, e[:-1], _NONE)
+    step = 1
+    while step < row.size:
+        same = row[step:] == row[:-step]
+        if not same.any():
+            break
+        shifted = np.where(same, covered[:-step], _NONE)
+        covered = covered.copy()
+        covered[step:] = np.maximum(covered[step:], shifted)
+        step *= 2
+    added = np.clip(e - np.maximum(s, covered), 0, None)
+    return np.bincount(row, weights=added.astype(np.float64), minlength=requests.height)
+
+
+def counterfactual(
+    requests: pl.DataFrame,
+    calls: pl.DataFrame,
+    walked: pl.DataFrame | None,
+    conventions: Conventions,
+) -> pl.DataFrame:
+    """The current window's requests (:data:`COUNTERFACTUAL_SCHEMA`) from the request rows of both
+    windows (:data:`analytics.hot_path.REQUESTS_SCHEMA`), the logical LLM calls and, for the traces
+    whose critical path was walked, ``walked`` (``trace_key``, ``llm_ns``: LLM time on the critical
+    path). Pure."""
+    current = requests.filter(pl.col("window") == "current")
+    if current.is_empty():
+        return empty(COUNTERFACTUAL_SCHEMA)
+    union = sync_llm_union_ns(current, calls)
+    frame = current.select(
+        "trace_key",
+        pl.col("service").cast(pl.String),
+        pl.col("operation").cast(pl.String),
+        pl.col("version").cast(pl.String),
+        "duration_ms",
+        "abandoned",
+        "sync_llm_calls",
+        pl.Series("sync_llm_ms", union / 1e6, dtype=pl.Float64),
+    )
+    return with_critical_path(frame, walked, conventions)
+
+
+def with_critical_path(
+    requests: pl.DataFrame, walked: pl.DataFrame | None, conventions: Conventions
+) -> pl.DataFrame:
+    """:func:`counterfactual` requests with, for the traces whose critical path was walked
+    (``walked``: ``trace_key``, ``llm_ns``), the LLM time on it where that is less than the union —
+    a call running beside longer internal work does not shorten the request by its whole length —
+    and ``without_sync_llm_ms`` from it. Pure."""
+    frame = requests
+    if walked is not None and not walked.is_empty() and not frame.is_empty():
+        frame = frame.join(
+            walked.select("trace_key", (pl.col("llm_ns") / 1e6).alias("_walked_ms")),
+            on="trace_key",
+            how="left",
+            maintain_order="left",
+        ).with_columns(
+            pl.min_horizontal("sync_llm_ms", pl.col("_walked_ms").fill_null(math.inf)).alias("sync_llm_ms")
+        )
+    return (
+        frame.with_columns(
+            (
+                pl.col("duration_ms")
+                - pl.col("sync_llm_ms")
+                + pl.col("sync_llm_calls") * conventions.sync_llm_replacement_ms
+            ).alias("without_sync_llm_ms")
+        )
+        .select(list(COUNTERFACTUAL_SCHEMA))
+        .cast(pl.Schema(COUNTERFACTUAL_SCHEMA))
+    )
+
+
+def budget_for(
+    service: str, operation: str, cliff_ms: int | None, conventions: Conventions
+) -> tuple[float | None, BudgetSource | None]:
+    """(budget ms, source) of one operation: the first configured glob match, else its cliff."""
+    for service_glob, operation_glob, budget_ms in conventions.latency_budgets:
+        if fnmatchcase(service, service_glob) and fnmatchcase(operation, operation_glob):
+            return float(budget_ms), "config"
+    if cliff_ms is not None:
+        return float(cliff_ms), "cliff"
+    return None, None
+
+
+def _p99(values: np.ndarray) -> float:
+    return float(np.quantile(values, 0.99, method="linear"))
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f} ms"
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def _calls(value: float) -> str:
+    return f"{value:.1f} sync model call{'' if value == 1.0 else 's'}/request"
+
+
+def _saved_per_day(
+    latency: np.ndarray, without: np.ndarray, curve: pl.DataFrame, bucket_ms: int, per_day: float
+) -> float | None:
+    """Expected abandoned requests a day saved, from the operation's curve (``lo_ms``, ``rate``,
+    ``abandoned``); ``None`` when nobody abandoned (no curve to read). A bucket the counterfactual
+    reaches but no request fell in takes the rate of the nearest observed bucket below it (the
+    fastest observed one when none is below)."""
+    if curve.is_empty() or int(curve["abandoned"].sum()) == 0:
+        return None
+    ordered = curve.sort("lo_ms")
+    index = ordered["lo_ms"].to_numpy() // bucket_ms
+    rates = ordered["rate"].to_numpy()
+
+    def rate(values: np.ndarray) -> np.ndarray:
+        buckets = np.floor(values / bucket_ms).astype(np.int64)
+        at = np.clip(np.searchsorted(index, buckets, side="right") - 1, 0, index.size - 1)
+        return rates[at]
+
+    return float((rate(latency) - rate(without)).sum()) * per_day
+
+
+def boundary(
+    requests: pl.DataFrame,
+    abandonment_summary: pl.DataFrame,
+    buckets: pl.DataFrame,
+    release_rows: pl.DataFrame,
+    window_seconds: float,
+    conventions: Conventions,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(boundary, boundary_releases) from the :func:`counterfactual` requests, the abandonment
+    summary (cliffs) and buckets (the curve), the release rows (release times) and the window's
+    length. Pure."""
+    if requests.is_empty():
+        return empty(BOUNDARY_SCHEMA), empty(BOUNDARY_RELEASES_SCHEMA)
+    per_day = 86400.0 / window_seconds
+    cliffs = {
+        (str(service), str(operation)): cliff
+        for service, operation, cliff in abandonment_summary.select("service", "operation", "cliff_ms").rows()
+    }
+    no_curve = empty({"lo_ms": pl.Int64, "rate": pl.Float64, "abandoned": pl.Int64})
+    curves = {
+        (str(key[0]), str(key[1])): curve
+        for key, curve in (
+            buckets.partition_by("service", "operation", as_dict=True) if not buckets.is_empty() else {}
+        ).items()
+    }
+    released = {
+        (r["service"], r["operation"], r["version"]): r["released_at"]
+        for r in release_rows.select("service", "operation", "version", "released_at").iter_rows(named=True)
+    }
+    rows: list[dict[str, Any]] = []
+    release_out: list[dict[str, Any]] = []
+    for (service, operation), group in sorted(
+        requests.partition_by("service", "operation", as_dict=True).items(), key=lambda kv: kv[0]
+    ):
+        service, operation = str(service), str(operation)
+        latency = group["duration_ms"].to_numpy()
+        without = group["without_sync_llm_ms"].to_numpy()
+        budget, source = budget_for(service, operation, cliffs.get((service, operation)), conventions)
+        p99, p99_without = _p99(latency), _p99(without)
+        calls = float(group["sync_llm_calls"].cast(pl.Float64).to_numpy().mean())
+        curve = curves.get((service, operation), no_curve)
+        saved = _saved_per_day(latency, without, curve, conventions.bucket_ms, per_day)
+        over = over_without = None
+        recommendation: Recommendation | None = None
+        reasons: list[str] = []
+        if budget is None:
+            reasons.append("no latency budget: none configured and the abandonment curve has no cliff")
+        else:
+            over = int((latency >= budget).sum())
+            over_without = int((without >= budget).sum())
+            if p99 < budget:
+                recommendation = "keep"
+            elif p99_without < budget:
+                recommendation = "move_off_hot_path"
+            else:
+                recommendation = "optimise_internal"
+            reasons.append(f"p99 {_ms(p99)} {'≥' if p99 >= budget else '<'} budget {_ms(budget)} ({source})")
+            reasons.append(
+                f"{over:,} of {latency.size:,} requests ({over / latency.size:.1%}) at or over budget: "
+                f"{over * per_day:,.0f} a day"
+            )
+        if calls > 0:
+            sentence = f"without {_calls(calls)} p99 would be {_ms(p99_without)}"
+            if conventions.sync_llm_replacement_ms:
+                sentence += f" (each replaced by {_ms(conventions.sync_llm_replacement_ms)})"
+            if budget is not None and over_without is not None:
+                sentence += (
+                    f", {'≥' if p99_without >= budget else '<'} budget; "
+                    f"{over_without * per_day:,.0f} requests a day still over"
+                )
+            reasons.append(sentence)
+        else:
+            reasons.append("no synchronous model call on this path: its time is internal work")
+        if saved is not None and calls > 0:
+            reasons.append(f"≈ {_count(saved)} abandoned requests a day saved without them (curve)")
+        versions = group.group_by("version").agg(
+            pl.len().alias("requests"), pl.col("duration_ms").quantile(0.99, interpolation="linear")
+        )
+        shares: list[tuple[Any, str, float | None]] = []
+        for version, count, p99_version in versions.iter_rows():
+            at = released.get((service, operation, version))
+            share = p99_version / budget if budget is not None else None
+            release_out.append(
+                {
+                    "service": service,
+                    "operation": operation,
+                    "version": version,
+                    "released_at": at,
+                    "requests": count,
+                    "p99_ms": p99_version,
+                    "budget_share": share,
+                }
+            )
+            shares.append((at, version, share))
+        if budget is not None and len(shares) > 1:
+            ordered = sorted(shares, key=lambda r: (r[0] is None, r[0] or 0, r[1]))[-4:]
+            reasons.append(
+                "budget spent per release: "
+                + " → ".join(f"{v} {s:.0%}" for _, v, s in ordered if s is not None)
+            )
+        rows.append(
+            {
+                "service": service,
+                "operation": operation,
+                "requests": int(latency.size),
+                "p99_ms": p99,
+                "budget_ms": budget,
+                "budget_source": source,
+                "requests_over_budget": over,
+                "requests_over_budget_per_day": None if over is None else over * per_day,
+                "sync_llm_calls_per_request": calls,
+                "p99_without_sync_llm_ms": p99_without,
+                "requests_over_budget_without_sync_llm": over_without,
+                "abandoned_saved_per_day": saved,
+                "recommendation": recommendation,
+                "reasons": reasons,
+            }
+        )
+    releases_frame = (
+        pl.DataFrame(release_out, schema=BOUNDARY_RELEASES_SCHEMA).sort(
+            "service", "operation", "released_at", "version", nulls_last=True
+        )
+        if release_out
+        else empty(BOUNDARY_RELEASES_SCHEMA)
+    )
+    return pl.DataFrame(rows, schema=BOUNDARY_SCHEMA), releases_frame
