@@ -25,7 +25,7 @@ The TOML file::
     files = ["slo_rules/default.yaml"]
 
     [[notify.webhook]]
-    url = "http://127.0.0.1:9093/hook"
+    url = "http://127.0.0.1:5001/hook"
     secret_env = "TAILWATCH_WEBHOOK_SECRET"
 
 Usage::
