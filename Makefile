@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit bench browser alerting-stack clean
+.PHONY: demo test lint typecheck unit bench browser alerting-stack system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,19 +23,34 @@ $(DEV_STAMP): pyproject.toml | $(BIN)/python
 demo: $(STAMP)
 	$(BIN)/tailwatch demo
 
+# The system packages the tests need, each as "command:package"; `make test` says up front which
+# ones it is about to install, and where it cannot (not root, no apt-get) what to run instead.
+SYSTEM_DEPS := chromium:chromium prometheus-alertmanager:prometheus-alertmanager prometheus:prometheus
+define apt_install
+	@missing=""; for dep in $(1); do command -v "$${dep%%:*}" >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian's$$missing with apt-get ($(2))"; \
+	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+	    echo "make: cannot install$$missing here (needs root and apt-get): run 'sudo apt-get install --no-install-recommends$$missing' (or your system's packages providing them), then 'make test' again" >&2; \
+	    exit 1; fi; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || { \
+	    echo "make: apt-get could not install$$missing: run 'apt-get install --no-install-recommends$$missing' to see why, then 'make test' again" >&2; exit 1; }; \
+	fi
+endef
+
+## system-deps: say which system packages `make test` will install (before anything runs)
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do command -v "$${dep%%:*}" >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	if [ -n "$$missing" ]; then echo "make test will install Debian's$$missing with apt-get (needs root) before running the tests"; fi
+
 ## browser: Debian's Chromium for the dashboard tests and PNG export, when missing
 browser:
-	@command -v chromium >/dev/null 2>&1 || { \
-	  echo "installing Debian's chromium (needed by the dashboard tests)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	$(call apt_install,chromium:chromium,needed by the dashboard tests and PNG export)
 
 ## alerting-stack: Debian's Alertmanager and Prometheus for the alerting tests, when missing
 # The tests start their own instances on free loopback ports; the packages' services are not used.
 alerting-stack:
-	@command -v prometheus-alertmanager >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
-	  echo "installing Debian's prometheus-alertmanager and prometheus (needed by the alerting tests)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-	    prometheus-alertmanager prometheus >/dev/null; }
+	$(call apt_install,prometheus-alertmanager:prometheus-alertmanager prometheus:prometheus,needed by the alerting tests)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -48,7 +63,7 @@ unit: $(DEV_STAMP) browser alerting-stack
 	$(BIN)/pytest -q
 
 ## test: lint, type check and the whole test suite
-test: lint typecheck unit
+test: system-deps lint typecheck unit
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.ingest

@@ -42,8 +42,10 @@ from collectors.spans import (
 # use so `import collectors` stays cheap for the commands that only read the store.
 _LAZY = {
     "ClickHouseSpanExporter": "collectors.exporter",
+    "FileReport": "collectors.files",
     "IngestReport": "collectors.files",
     "ingest_files": "collectors.files",
+    "read_export_requests": "collectors.files",
     "OtlpDecodeError": "collectors.otlp_decode",
     "IngestPipeline": "collectors.pipeline",
     "SubmitResult": "collectors.pipeline",
@@ -53,7 +55,7 @@ _LAZY = {
 
 if TYPE_CHECKING:
     from collectors.exporter import ClickHouseSpanExporter
-    from collectors.files import IngestReport, ingest_files
+    from collectors.files import FileReport, IngestReport, ingest_files, read_export_requests
     from collectors.otlp_decode import OtlpDecodeError
     from collectors.pipeline import IngestPipeline, SubmitResult
     from collectors.receivers import Receivers
@@ -74,6 +76,7 @@ __all__ = [
     "TRACES_MIGRATIONS",
     "TRACES_TABLE",
     "ClickHouseSpanExporter",
+    "FileReport",
     "IngestPipeline",
     "IngestReport",
     "IngestRuntime",
@@ -90,6 +93,7 @@ __all__ = [
     "new_span_id",
     "new_trace_id",
     "parse_address",
+    "read_export_requests",
     "read_spans",
     "span_kind_sql",
     "spans_to_arrow",

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 import pyarrow as pa
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from tqdm import tqdm
 
 from collectors.native_insert import NativeInserter, checked_inserter
@@ -35,10 +36,11 @@ from collectors.settings import PipelineSettings
 from collectors.writer import StoreSpanWriter
 from storage import Store, TailwatchError, ensure_schema
 
-__all__ = ["FileReport", "IngestReport", "ingest_files"]
+__all__ = ["FileReport", "IngestReport", "ingest_files", "read_export_requests"]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_RECORD = 256 * 1024 * 1024
+MAX_REJECTION_REASONS = 5
 
 
 @dataclass
@@ -49,6 +51,12 @@ class FileReport:
     accepted: int = 0
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    # Why spans were rejected: the first reason of each request that lost some, at most a few.
+    rejections: list[str] = field(default_factory=list)
+
+    def note_rejection(self, request_index: int, reason: str) -> None:
+        if reason and len(self.rejections) < MAX_REJECTION_REASONS:
+            self.rejections.append(f"request {request_index + 1}: {reason}")
 
 
 @dataclass
@@ -146,29 +154,29 @@ class _Batcher:
         self.raw: list[bytes] = []
         self.rows = 0
 
-    def add(self, body: bytes | tuple[str, bytes]) -> tuple[int, int]:
-        """Decode and queue one request; returns (accepted, rejected) spans."""
+    def add(self, body: bytes | tuple[str, bytes]) -> tuple[int, int, str]:
+        """Decode and queue one request; returns (accepted, rejected, why the first was rejected)."""
         if isinstance(body, tuple):
             decoded = request_to_arrow(decode_json(body[1]))
-            accepted, rejected = decoded.accepted, decoded.rejected
+            accepted, rejected, reason = decoded.accepted, decoded.rejected, decoded.error_message
             if accepted:
                 self.tables.append(decoded.table)
         else:
             request = decode_protobuf(body)
             if self.native is not None:
-                received, rejected, _ = validate_request(request)
+                received, rejected, reason = validate_request(request)
                 accepted = received - rejected
                 if accepted:
                     self.raw.append(request.SerializeToString() if rejected else body)
             else:
                 decoded = request_to_arrow(request)
-                accepted, rejected = decoded.accepted, decoded.rejected
+                accepted, rejected, reason = decoded.accepted, decoded.rejected, decoded.error_message
                 if accepted:
                     self.tables.append(decoded.table)
         self.rows += accepted
         if self.rows >= self.batch_rows:
             self.flush()
-        return accepted, rejected
+        return accepted, rejected, reason
 
     def flush(self) -> None:
         if self.tables:
@@ -176,6 +184,26 @@ class _Batcher:
         if self.raw and self.native is not None:
             self.native.insert(self.raw)
         self.tables, self.raw, self.rows = [], [], 0
+
+
+def read_export_requests(path: Path | str, report: FileReport) -> Iterator[ExportTraceServiceRequest]:
+    """Each export request of one OTLP file, decoded, in the formats :func:`ingest_files` reads.
+
+    For sending a file elsewhere (a running service's receiver) instead of inserting it here:
+    ``report`` gets the file's format and request count; an undecodable request and an unreadable
+    file are recorded in ``report.errors`` and skipped, like :func:`ingest_files` does. The span
+    counts are the caller's, who learns them from wherever the requests go.
+    """
+    try:
+        with Path(path).open("rb") as raw, _open(raw) as handle:
+            for index, body in enumerate(_requests(handle, report)):
+                report.requests += 1
+                try:
+                    yield decode_json(body[1]) if isinstance(body, tuple) else decode_protobuf(body)
+                except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
+                    report.errors.append(f"request {index + 1}: {exc}")
+    except (OSError, EOFError, zlib.error) as exc:
+        report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
 
 
 def size_of(path: Path) -> int:
@@ -223,18 +251,29 @@ def ingest_files(
                     for index, body in enumerate(_requests(handle, file_report)):
                         file_report.requests += 1
                         try:
-                            accepted, rejected = batcher.add(body)
+                            accepted, rejected, reason = batcher.add(body)
                         except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
                             file_report.errors.append(f"request {index + 1}: {exc}")
                             continue
                         file_report.accepted += accepted
                         file_report.rejected += rejected
+                        if rejected:
+                            file_report.note_rejection(index, reason)
                         # Progress in bytes of the file as stored (compressed or not).
                         position = raw.tell()
                         bar.update(position - done)
                         done = position
             except (OSError, EOFError, zlib.error) as exc:
                 file_report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+            else:
+                # A file that decodes to no span at all is not a trace export (an empty file, or
+                # JSON of another kind): say so rather than "0 accepted, 0 rejected".
+                if not file_report.errors and file_report.accepted + file_report.rejected == 0:
+                    file_report.errors.append(
+                        "empty file"
+                        if file_report.requests == 0 or size_of(path) == 0
+                        else "no spans: not an OTLP trace export (expected resourceSpans with spans)"
+                    )
             bar.update(max(0, size_of(path) - done))
         batcher.flush()
     finally:

@@ -21,13 +21,17 @@ import logging
 import os
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -224,12 +228,13 @@ class _TracesEndpoint:
                 {"WWW-Authenticate": "Bearer"},
             )
         if not as_json and content_type not in _PROTOBUF_TYPES:
-            return self._error(
-                415,
-                code_pb2.INVALID_ARGUMENT,
+            # The client speaks neither OTLP encoding, so a protobuf Status would reach it as a
+            # stray tag byte before the message: answer in plain text.
+            self.metrics.requests.labels(protocol="http", status="415").inc()
+            return PlainTextResponse(
                 f"unsupported content type {content_type or '(none)'!r}; "
-                "use application/x-protobuf or application/json",
-                as_json,
+                "use application/x-protobuf or application/json\n",
+                status_code=415,
             )
         encoding = request.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("identity", "gzip", ""):
@@ -383,6 +388,39 @@ class _TracesEndpoint:
         )
 
 
+_WITH_CREATED = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+
+
+class _Exposition:
+    """What ``/metrics`` serves: ``registry`` plus the process and platform series, without ``_created``.
+
+    The ``_created`` series (a counter's creation time) double the series count and no dashboard
+    reads them; leaving them out here keeps the process-wide switch of prometheus_client untouched
+    for an application that embeds the collectors. ``process_*`` (CPU, memory, descriptors) and
+    ``python_info`` are collected at each scrape, outside the registry, so a test's or service's
+    own registry never clashes with another's.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.extra = (ProcessCollector(registry=None), PlatformCollector(registry=None))
+
+    def collect(self) -> Iterator[Metric]:
+        names = set()
+        for metric in self.registry.collect():
+            names.add(metric.name)
+            if metric.type not in _WITH_CREATED:
+                yield metric
+                continue
+            # A copy: a custom collector may hand out the same Metric at every scrape.
+            kept = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+            kept.samples = [s for s in metric.samples if not s.name.endswith("_created")]
+            yield kept
+        for collector in self.extra:
+            # A registry that already registered its own process collector keeps its series.
+            yield from (m for m in collector.collect() if m.name not in names)
+
+
 def create_http_app(
     pipeline: IngestPipeline,
     token: str | None = None,
@@ -411,8 +449,13 @@ def create_http_app(
             return PlainTextResponse("ready\n")
         return PlainTextResponse("not ready\n", status_code=503)
 
+    scraped = _Exposition(exposed)
+
     async def metrics(request: Request) -> Response:
-        return Response(generate_latest(exposed), media_type=CONTENT_TYPE_LATEST)
+        # The format the scraper asks for: OpenMetrics for Prometheus, else the 0.0.4 text format
+        # every scraper reads (prometheus_client's "latest" text type, 1.0.0, older ones refuse).
+        encode, content_type = choose_encoder(request.headers.get("accept", ""))
+        return Response(encode(scraped), headers={"Content-Type": content_type})
 
     routes: list[BaseRoute] = [
         Route("/v1/traces", traces.handle, methods=["POST"]),

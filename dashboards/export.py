@@ -22,7 +22,8 @@ import polars as pl
 
 from analytics import Analysis, Conventions, analyze, latest_analysis, load_analysis, persist_analysis
 from dashboards import style
-from dashboards.figures import NO_ALERTS_TEXT, VIEW_TITLES, VIEWS, View, build_figures
+from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
+from dashboards.landing import index_body
 from dashboards.views.attribution import EXEMPLARS
 from slo_rules import alert_history, trace_link
 from storage import Store, TailwatchError, as_utc
@@ -51,16 +52,6 @@ PNG_WIDTH: Final = 1400
 ALERT_END_SLACK: Final = timedelta(milliseconds=1)  # alert times are DateTime64(3)
 # A slow trace picked near the window's end finishes after it: the viewer's search runs past the end.
 TRACE_END_SLACK: Final = timedelta(minutes=15)
-
-VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
-    "hot_path": "p50/p95/p99 per operation over time, every release marked, sync LLM calls per request.",
-    "cold_path": "Enqueue-to-ready p50/p99 per queue, its distribution, queue wait vs processing, backlog.",
-    "abandonment": "Share of abandoned requests per 500 ms of latency, 95% intervals, the cliff and p99.",
-    "retries": "Retry rate per hop, compounding amplification vs observed, token amplification.",
-    "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
-    "boundary": "Each operation's p99 against its budget, without its sync model calls, and flag slices.",
-    "alerts": "Alerts firing and resolved in the window, with their cause.",
-}
 
 
 class DashboardError(TailwatchError):
@@ -226,6 +217,16 @@ p.meta { color: #666; font-size: 13px; margin: 0 0 12px; }
 ul.views li { margin: 10px 0; }
 ul.views .desc { color: #555; font-size: 14px; }
 .legend-llm { color: #8e44ad; font-weight: bold; } .legend-internal { color: #2a9d8f; font-weight: bold; }
+h2 { font-size: 17px; margin: 20px 0 6px; }
+section.firing h2 { color: #d62728; } p.quiet { color: #2ca02c; font-weight: bold; }
+table.alerts { border-collapse: collapse; font-size: 14px; width: 100%; }
+table.alerts th, table.alerts td { text-align: left; vertical-align: top; padding: 6px 10px;
+  border-bottom: 1px solid #eee; }
+table.alerts th { background: #f4f4f4; }
+tr.alert-firing td:first-child { border-left: 4px solid #d62728; }
+tr.alert-resolved td:first-child { border-left: 4px solid #2ca02c; }
+span.severity { color: #666; font-size: 12px; border: 1px solid #ccc; border-radius: 3px; padding: 0 4px; }
+a.evidence { white-space: nowrap; }
 """
 
 
@@ -332,57 +333,8 @@ def _index_page(
     alerts: pl.DataFrame | None,
     notes: Sequence[str],
 ) -> str:
-    items = []
-    for view in VIEWS:
-        links = []
-        if "html" in formats:
-            links.append(f'<a href="{view}.html">{html.escape(VIEW_TITLES[view])}</a>')
-        if "png" in formats:
-            links.append(
-                f'<a href="{view}.png">{"PNG" if links else html.escape(VIEW_TITLES[view]) + " (PNG)"}</a>'
-            )
-        headline = html.escape(_headline(view, analysis, alerts))
-        items.append(
-            f'<li>{" · ".join(links)}<br><span class="desc">{html.escape(VIEW_DESCRIPTIONS[view])}'
-            f"{' — ' + headline if headline else ''}</span></li>"
-        )
-    note_html = "".join(f'<p class="meta">{html.escape(n)}</p>' for n in notes)
-    body = (
-        f"{_nav('index')}\n<h1>tailwatch dashboards</h1>\n{_meta(analysis, run_id)}\n{note_html}"
-        '<p>Colours: <span class="legend-llm">LLM time</span> and '
-        '<span class="legend-internal">internal time</span> are the same in every view; times are UTC.</p>\n'
-        f'<ul class="views">{"".join(items)}</ul>'
-    )
-    return _page("tailwatch dashboards", body)
-
-
-def _headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str:
-    """One line of numbers per view for the index (plain text; the caller escapes it)."""
-    if view == "hot_path":
-        coupled = (
-            analysis.release_coupling.filter(pl.col("coupled")).height
-            if analysis.release_coupling.height
-            else 0
-        )
-        return f"{analysis.hot_path.height} operations, {coupled} with p99 coupled to releases"
-    if view == "cold_path":
-        starved = analysis.cold_path.filter(pl.col("starved")).height if analysis.cold_path.height else 0
-        return f"{analysis.cold_path.height} queues, {starved} starved"
-    if view == "abandonment":
-        cliffs = analysis.abandonment_summary.filter(pl.col("cliff_ms").is_not_null()).height
-        return f"{analysis.abandonment_summary.height} operations, {cliffs} with a cliff"
-    if view == "retries":
-        return f"{analysis.retry_amplification.height} workflows"
-    if view == "attribution":
-        verdicts = analysis.attribution.filter(pl.col("verdict") != "none")["verdict"].to_list()
-        return (
-            f"{len(verdicts)} regressions ({', '.join(str(v) for v in verdicts)})"
-            if verdicts
-            else "no regression"
-        )
-    if alerts is None or not alerts.height:
-        return NO_ALERTS_TEXT
-    return f"{alerts['fingerprint'].n_unique()} alerts"
+    head = f"{_nav('index')}\n<h1>tailwatch: what is firing</h1>\n{_meta(analysis, run_id)}"
+    return _page("tailwatch dashboards", index_body(analysis, alerts, formats, head, notes))
 
 
 # --- PNG -------------------------------------------------------------------------------------

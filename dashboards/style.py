@@ -17,14 +17,19 @@ from typing import Any
 __all__ = [
     "ALERT_FIRING",
     "ALERT_RESOLVED",
+    "BASELINE",
+    "BASELINE_BAND",
+    "CLIFF",
     "INTERNAL",
     "LLM",
+    "MODEBAR_PX",
     "PERCENTILE_COLOURS",
     "QUEUE_PROCESSING",
     "QUEUE_WAIT",
     "RELEASE",
     "RELEASE_SIGNIFICANT",
     "SERIES_PALETTE",
+    "THIN_BUCKET",
     "esc",
     "esc_all",
     "fmt_window",
@@ -38,6 +43,9 @@ INTERNAL = "#2a9d8f"
 
 PERCENTILE_COLOURS = {"p50": "#9ecae1", "p95": "#4292c6", "p99": "#08306b"}
 RELEASE = "#7f7f7f"
+# The baseline window: a grey band left of the current window and its p99 as a reference line.
+BASELINE = "#495057"
+BASELINE_BAND = "rgba(108,117,125,0.12)"
 RELEASE_SIGNIFICANT = "#e4572e"
 CLIFF = "#e4572e"
 QUEUE_WAIT = "#f4a261"
@@ -48,6 +56,11 @@ REQUESTS = "#b0b0b0"
 OBSERVED = "#1d3557"
 MODEL = "#a8dadc"
 TOKENS = "#e9c46a"
+
+# The modebar's height: the legend starts below it.
+MODEBAR_PX = 36
+# Abandonment buckets with fewer requests than this are greyed: their rate says little.
+THIN_BUCKET = "#cfcfcf"
 
 # Per-entity colours (queues, workflows): none of them is the LLM or internal colour.
 SERIES_PALETTE = (
@@ -101,11 +114,12 @@ def base_layout(title: str, subtitle: str, height: int) -> dict[str, Any]:
         "title": {"text": f"{title}<br><sup>{subtitle}</sup>", "x": 0.01, "xanchor": "left"},
         "height": height,
         "margin": {"l": 70, "r": 70, "t": 110, "b": 60},
-        # In the top margin, right of the title: never over a subplot title or the data.
+        # In the top margin, right of the title: never over a subplot title or the data; and below
+        # the Plotly toolbar (the modebar, ~30 px at the top right), which would otherwise cover it.
         "legend": {
             "orientation": "h",
             "yref": "container",
-            "y": 1.0,
+            "y": 1.0 - MODEBAR_PX / height,
             "yanchor": "top",
             "x": 1.0,
             "xanchor": "right",

@@ -1,4 +1,5 @@
-"""What an alert says: the one-line summary and the attribution annotations, from analysis frames.
+"""What an alert says: the one-line summary, the attribution annotations of latency alerts and the
+cause and provider signal of retry alerts, from analysis frames.
 
 Pure functions (frames in, strings out) so each sentence is tested against a known answer. The
 first thing on-call reads is ``summary``, e.g.::
@@ -12,14 +13,22 @@ parse them back.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import polars as pl
 
 from analytics import Analysis
 
-__all__ = ["attribution_annotations", "fmt_ms", "fmt_pct", "fmt_s", "signed_ms"]
+__all__ = [
+    "RETRY_DOMINANCE",
+    "attribution_annotations",
+    "fmt_ms",
+    "fmt_pct",
+    "fmt_s",
+    "retry_annotations",
+    "signed_ms",
+]
 
 
 def fmt_ms(ms: float | None) -> str:
@@ -205,4 +214,181 @@ def _llm_signal_annotations(
         "llm_429_rate": pair("throttle_rate"),
         "llm_retry_rate": pair("retry_rate"),
         "llm_cold_share": pair("cold_share"),
+    }
+
+
+# A cause wins when it holds at least this share of a workflow's retries (at most 1 − it, the other
+# cause wins; in between, ``mixed``): the analytics' ``attribution_dominance`` default, so a retry
+# alert's cause reads like a latency alert's.
+RETRY_DOMINANCE = 0.7
+
+ModelKey = tuple[str, str]
+
+
+def _model_key(row: Mapping[str, Any]) -> ModelKey:
+    return str(row.get("provider") or ""), str(row.get("model") or "")
+
+
+def _failures(call: Mapping[str, Any]) -> int:
+    # A 429 is a failed attempt too; the larger count guards a source that counts them apart.
+    return max(int(call.get("failed_attempts") or 0), int(call.get("throttled_attempts") or 0))
+
+
+def _named_models(hop: str, calls: Mapping[ModelKey, Mapping[str, Any]]) -> list[ModelKey]:
+    """The models a hop's name names: GenAI spans are named ``{operation} {model}`` (``chat
+    gpt-4o``; the longest model name wins, so ``gpt-4o-mini`` is not also ``gpt-4o``),
+    instrumentations ``{provider}.{operation}`` (``openai.chat``, ``anthropic.messages.create``)."""
+    name = hop.lower()
+    by_model = [k for k in calls if k[1] and k[1].lower() in name]
+    if by_model:
+        longest = max(len(k[1]) for k in by_model)
+        return [k for k in by_model if len(k[1]) == longest]
+    return [k for k in calls if k[0] and k[0].lower() in name]
+
+
+def retry_annotations(
+    workflow: str,
+    hops: pl.DataFrame,
+    llm_calls: pl.DataFrame | None,
+    previous_llm_calls: Callable[[], pl.DataFrame | None] | None = None,
+) -> dict[str, str]:
+    """Cause, retried hops and provider signal of one workflow's retries; ``summary_tail`` is the
+    sentence the rule appends to its own.
+
+    ``hops`` is the analysis' ``retry_hops``, ``llm_calls`` its per-model summary of the same window;
+    ``previous_llm_calls`` returns that summary for the window before (the baselines of ``llm_*``),
+    and is called only when a retried hop reached a model.
+
+    The analysis does not say which model a hop called, so the cause is read from what the hop
+    shows. A retried hop that spent tokens, or whose name names a model of the window, reached a
+    model: the ones its name names, else any model of the window. Its retries are the provider's
+    when those models have failed attempts (429s, 5xx, timeouts), up to the number of failures (a
+    retry follows a failed attempt); every other retry, and every retry of a hop that spent no
+    tokens, is the workflow's own. ``llm`` when the provider's share of the retries is at least
+    :data:`RETRY_DOMINANCE`, ``internal`` when it is at most 1 − that, else ``mixed``; ``none`` when
+    no hop retried (or the hops carry neither tokens nor a model's name).
+    """
+    mine = (
+        hops.filter(pl.col("workflow") == workflow).sort("retry_rate", descending=True, nulls_last=True)
+        if "workflow" in hops.columns
+        else hops.clear()
+    ).to_dicts()
+    counted = {"calls", "attempts"} <= set(hops.columns)
+    calls = {_model_key(c): c for c in ([] if llm_calls is None else llm_calls.to_dicts())}
+
+    retried: dict[str, float] = {}  # hop → its retries (its retry rate when the counts are missing)
+    reached: dict[str, list[ModelKey]] = {}  # retried hop → the models it may have called
+    for h in mine:
+        name = str(h["hop"])
+        rate = float(h.get("retry_rate") or 0.0)
+        retries = float(int(h.get("attempts") or 0) - int(h.get("calls") or 0)) if counted else rate
+        if retries <= 0:
+            continue
+        named = _named_models(name, calls)
+        tokens = h.get("tokens")
+        if named or (tokens is not None and int(tokens) > 0):
+            reached[name] = named or list(calls)
+        elif tokens is None:
+            continue
+        retried[name] = retries
+    kind = {
+        name: "llm" if any(_failures(calls[k]) for k in reached.get(name, [])) else "internal"
+        for name in retried
+    }
+    provider_hops = [n for n in retried if kind[n] == "llm"]
+    llm = sum(retried[n] for n in provider_hops)
+    if counted:
+        failing = {k for n in provider_hops for k in reached[n]}
+        llm = min(llm, float(sum(_failures(calls[k]) for k in failing)))
+    total = sum(retried.values())
+    share = llm / total if total else 0.0
+    if not total:
+        cause = "none"
+    elif share >= RETRY_DOMINANCE:
+        cause = "llm"
+    elif share <= 1 - RETRY_DOMINANCE:
+        cause = "internal"
+    else:
+        cause = "mixed"
+
+    out = {"cause": cause}
+    if total:
+        out["llm_retry_share"] = _num(share, 3)
+
+    def hop_text(h: Mapping[str, Any]) -> str:
+        name = str(h["hop"])
+        tag = f" ({kind[name]})" if name in kind else ""
+        return f"{name} {fmt_pct(float(h.get('retry_rate') or 0.0), 1)}{tag}"
+
+    out["retried_hops"] = ", ".join(hop_text(h) for h in mine if str(h["hop"]) in retried)
+    keys = {k for ks in reached.values() for k in ks}
+    models = sorted((calls[k] for k in keys), key=lambda c: (-_failures(c), -int(c.get("calls") or 0)))
+    signal = ""
+    if models:
+        earlier = previous_llm_calls() if previous_llm_calls is not None else None
+        before = {_model_key(c): c for c in ([] if earlier is None else earlier.to_dicts())}
+        out.update(_provider_signal(models, before))
+        signal = _model_text(models[0], before.get(_model_key(models[0])), short=True)
+
+    own = ", ".join([n for n in retried if kind[n] == "internal"][:3])
+    if cause == "llm":
+        sentence = f"cause llm: {fmt_pct(share)} of the retries follow failed model calls ({signal})"
+    elif cause == "internal":
+        sentence = "cause internal: the retries are the workflow's own steps" + (f" ({own})" if own else "")
+        sentence += f", not the provider ({signal})" if signal else ""
+    elif cause == "mixed":
+        sentence = (
+            f"cause mixed: {fmt_pct(share)} of the retries follow failed model calls ({signal}), "
+            f"{fmt_pct(1 - share)} are the workflow's own steps" + (f" ({own})" if own else "")
+        )
+    else:
+        sentence = ""
+    by_hop = ", ".join(hop_text(h) for h in mine[:5])
+    out["summary_tail"] = "; ".join(p for p in (sentence, by_hop and f"retries by hop: {by_hop}") if p)
+    return out
+
+
+def _backoff_s(call: Mapping[str, Any] | None) -> float | None:
+    return None if call is None or call.get("backoff_ms") is None else float(call["backoff_ms"]) / 1000
+
+
+def _model_text(call: Mapping[str, Any], before: Mapping[str, Any] | None, short: bool = False) -> str:
+    """``openai gpt-4o: 429s 0.4%→12.0%, errors …, retries …, backoff 3.0 s→5.2 min`` (the current
+    value alone when the window before did not call the model)."""
+
+    def change(column: str) -> str:
+        now, was = call.get(column), None if before is None else before.get(column)
+        return fmt_pct(now, 1) if was is None else f"{fmt_pct(was, 1)}→{fmt_pct(now, 1)}"
+
+    backoff = fmt_s(_backoff_s(call))
+    if before is not None:
+        backoff = f"{fmt_s(_backoff_s(before))}→{backoff}"
+    parts = [f"429s {change('throttle_rate')}", f"errors {change('error_rate')}"]
+    if not short:
+        parts.append(f"retries {change('retry_rate')}")
+    parts.append(f"backoff {backoff}")
+    return f"{_model_name(call.get('provider'), call.get('model'))}: {', '.join(parts)}"
+
+
+def _provider_signal(
+    models: list[dict[str, Any]], before: Mapping[ModelKey, Mapping[str, Any]]
+) -> dict[str, str]:
+    """The ``llm_*`` annotations of a workflow's retried models, the one that failed most first:
+    ``baseline → current`` (the current value alone when the window before did not call it)."""
+    main = models[0]
+    was = before.get(_model_key(main))
+
+    def pair(now: float | None, then: float | None, digits: int = 4) -> str:
+        return _num(now, digits) if was is None else f"{_num(then, digits)} → {_num(now, digits)}"
+
+    def rate(column: str) -> str:
+        return pair(main.get(column), None if was is None else was.get(column))
+
+    return {
+        "llm_model": _model_name(main.get("provider"), main.get("model")),
+        "llm_429_rate": rate("throttle_rate"),
+        "llm_error_rate": rate("error_rate"),
+        "llm_retry_rate": rate("retry_rate"),
+        "llm_backoff_s": pair(_backoff_s(main), _backoff_s(was), 1),
+        "llm_signals": " | ".join(_model_text(c, before.get(_model_key(c))) for c in models[:3]),
     }

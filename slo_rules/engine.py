@@ -13,13 +13,20 @@ The stages: each rule kind turns the analysis into candidates (:mod:`slo_rules.k
 lifecycle advances every alert (:mod:`slo_rules.lifecycle`), and the transitions become
 notifications for every notifier (:mod:`slo_rules.fanout`); Alertmanagers get the snapshot of
 every firing and recently resolved alert instead, on every evaluation.
+
+Every alert links to the analysis that raised it: its ``dashboard`` annotation is
+``<dashboard_url>/runs/<run_id>/<view>.html``, the run being the analysis its numbers come from,
+persisted (``analytics.persist_analysis``) when the alert is notified — on firing and on each
+repeat — so the page shows the numbers the message quotes, and still does later. In between, and
+while pending, the alert keeps the link it has; the first one is made when it first turns active.
+``tailwatch serve`` renders those pages on request from the persisted run.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from analytics import Conventions
@@ -98,11 +105,14 @@ def evaluate(
     conventions: Conventions | None = None,
     trace_url: str | None = None,
     evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
+    dashboard_links: bool = True,
 ) -> EvaluationResult:
     """Evaluate every rule at ``at`` (default now), advance alert state, enqueue notifications.
 
-    Alerts link to ``dashboard_url`` (default :data:`DEFAULT_DASHBOARD_URL`) and, with
-    ``trace_url`` (a :func:`slo_rules.trace_link` template), to their exemplar traces.
+    Alerts link to the analysis behind them under ``dashboard_url`` (default
+    :data:`DEFAULT_DASHBOARD_URL`): ``<dashboard_url>/runs/<run_id>/<view>.html``; with
+    ``dashboard_links=False`` (no dashboard exists to open) they carry no ``dashboard`` link. With
+    ``trace_url`` (a :func:`slo_rules.trace_link` template) they link to their exemplar traces.
     ``evaluation_interval`` is how often the caller evaluates: a firing alert is sent to
     Alertmanager with ``endsAt`` four intervals ahead. Deliver the notifications with
     :func:`slo_rules.deliver`.
@@ -116,6 +126,7 @@ def evaluate(
         dashboard_url=dashboard_url,
         trace_url=trace_url,
         evaluation_interval=evaluation_interval,
+        dashboard_links=dashboard_links,
     )
 
 
@@ -129,12 +140,19 @@ def evaluate_with(
     dashboard_url: str | None = None,
     trace_url: str | None = None,
     evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
+    dashboard_links: bool = True,
 ) -> EvaluationResult:
-    """:func:`evaluate` with an explicit data source (tests feed synthetic counts through this)."""
+    """:func:`evaluate` with an explicit data source (tests feed synthetic counts through this).
+
+    A source with a ``run_id(start, end, baseline_start, baseline_end)`` method (as
+    :class:`~slo_rules.source.AnalyticsSource`) persists the analyses alerts link to; without one,
+    alerts link to the latest views, ``<dashboard_url>/<view>.html``.
+    """
     if evaluation_interval <= timedelta(0):
         raise ValueError(f"evaluation_interval must be positive, got {evaluation_interval}")
-    url = dashboard_url or DEFAULT_DASHBOARD_URL
-    ctx = Context(source, as_utc(at), url, trace_url)
+    # Without dashboards, notifications carry no dashboard URL at all (externalURL is empty too).
+    url = (dashboard_url or DEFAULT_DASHBOARD_URL).rstrip("/") if dashboard_links else ""
+    ctx = Context(source, as_utc(at), url or None, trace_url)
     ensure_schema(store, RULES_MIGRATIONS)
     result = EvaluationResult(at=ctx.at)
     previous = load_states(store, rules.names())
@@ -142,6 +160,8 @@ def evaluate_with(
     changes = advance_alerts(
         found, previous, ctx.at, repeat_interval=rules.route.repeat_interval, failed=failed
     )
+    # Before the outbox: a notification never links to a run that is not persisted yet.
+    changes = _link_dashboards(ctx, changes, previous)
     notifications = group_notifications(changes.transitions, rules.route, ctx.at, url)
     items = outbox_items(notifications, notifiers)
     if any(isinstance(c, AlertmanagerConfig) for c in notifiers):
@@ -164,8 +184,9 @@ def _candidates(rules: RuleSet, ctx: Context, errors: list[str]) -> tuple[list[C
     found: list[Candidate] = []
     failed: set[str] = set()
     for rule in rules.rules:
+        since = ctx.reads
         try:
-            found.extend(candidates(rule, ctx))
+            found.extend(ctx.explain(c, since) for c in candidates(rule, ctx))
         except TailwatchError as exc:
             failed.add(rule.name)
             errors.append(f"rule {rule.name}: {exc}")
@@ -176,3 +197,53 @@ def _candidates(rules: RuleSet, ctx: Context, errors: list[str]) -> tuple[list[C
             errors.append(f"rule {rule.name}: {type(exc).__name__}: {exc}")
             log.exception("rule %s could not be evaluated", rule.name)
     return found, failed
+
+
+def _link_dashboards(ctx: Context, changes: Changes, previous: Mapping[str, AlertState]) -> Changes:
+    """The alerts' ``dashboard`` links, from the stand-ins the rule kinds wrote (see the module doc).
+
+    A notified alert (firing, repeat) links to its own analysis, persisted now; an alert that is
+    not notified keeps the link it had to the same view, so re-evaluating an instant changes
+    nothing and a firing alert does not persist an analysis every evaluation.
+    """
+    transitions = {id(state): transition for state, transition in changes.transitions}
+    linked: dict[int, AlertState] = {}
+    states: list[AlertState] = []
+    for state in changes.states:
+        bound = ctx.bound_link(state.annotations.get("dashboard", ""))
+        if bound is None:
+            linked[id(state)] = state
+            states.append(state)
+            continue
+        view, key = bound
+        transition = transitions.get(id(state))
+        prev = previous.get(state.fingerprint)
+        annotations = {k: v for k, v in state.annotations.items() if k != "dashboard"}
+        link: str | None = None
+        if (
+            transition not in ("firing", "repeat")
+            and prev is not None
+            and prev.state in ("pending", "firing")
+        ):
+            # The same episode, not notified now: its link stays (a resolved one's is another episode).
+            kept = prev.annotations.get("dashboard")
+            link = kept if ctx.run_link(kept, view) else None
+        if link is None:
+            link = ctx.dashboard_link(view, key)
+        if link is not None:
+            annotations["dashboard"] = link
+        new = replace(state, annotations=annotations)
+        linked[id(state)] = new
+        unchanged = (
+            transition is None
+            and prev is not None
+            and prev.state == new.state
+            and prev.active_since == new.active_since
+            and prev.annotations == new.annotations
+        )
+        if not unchanged:  # as the lifecycle decides, now that the link is known
+            states.append(new)
+    return Changes(
+        states=states,
+        transitions=[(linked[id(state)], transition) for state, transition in changes.transitions],
+    )

@@ -116,16 +116,31 @@ class DeliveryReport:
     unconfigured: int = 0
     undelivered: list[OutboxRow] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # Notifiers that pending rows were queued for and this drain was not given: name -> kind.
+    unconfigured_notifiers: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.undelivered
+
+    def reason(self, row: OutboxRow) -> str:
+        """Why ``row`` is still undelivered, in one phrase."""
+        if row.notifier in self.unconfigured_notifiers:
+            return f"not attempted: no {row.notifier_kind} notifier named {row.notifier!r} is configured"
+        if row.status == "dead":
+            return f"dead after {row.attempts} attempts: {row.last_error}".rstrip(": ")
+        if row.attempts == 0:
+            return f"not attempted yet, due at {row.next_attempt_at.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+        when = row.next_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        return f"{row.attempts} failed attempts, retry at {when}: {row.last_error}".rstrip(": ")
 
     def __str__(self) -> str:
         text = (
             f"{self.attempted} attempted, {self.delivered} delivered, {self.retrying} to retry, "
             f"{self.dead} dead, {len(self.undelivered)} undelivered"
         )
+        if self.unconfigured:
+            text += f" ({self.unconfigured} for notifiers not configured here)"
         return text + (f", {self.superseded} superseded" if self.superseded else "")
 
 
@@ -253,7 +268,10 @@ def deliver(
     try:
         for row in _supersede(store, outbox_rows(store, status="pending"), report, metrics):
             if row.notifier not in configs:
+                # Queued by an evaluation that had this notifier (the service's configuration, or
+                # an earlier command's --webhook); it stays pending until a drain that has it.
                 report.unconfigured += 1
+                report.unconfigured_notifiers[row.notifier] = row.notifier_kind
                 report.undelivered.append(row)
                 continue
             if row.notifier in broken or (not force and row.next_attempt_at > moment):

@@ -4,6 +4,9 @@ One :func:`~slo_rules.evaluate` call may need the same analysis for several rule
 ``window: 1h`` reads the hour before the evaluation time): :class:`AnalyticsSource` runs
 ``analytics.analyze`` once per distinct (window, baseline) and ``latency_good_total`` once per
 distinct (window, threshold), and remembers the results for the rest of the evaluation.
+
+An alert links to the analysis that raised it: :meth:`AnalyticsSource.run_id` persists one of
+those analyses (once) and returns its run id, which the service renders on request.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Protocol
 
 import polars as pl
 
-from analytics import Analysis, Conventions, analyze, latency_good_total
+from analytics import Analysis, Conventions, analyze, latency_good_total, persist_analysis
 from storage import Store
 
 __all__ = ["AnalyticsSource", "DataSource"]
@@ -43,6 +46,7 @@ class AnalyticsSource:
         self.conventions = conventions
         self._analyses: dict[WindowKey, Analysis] = {}
         self._good_total: dict[tuple[datetime, datetime, float], pl.DataFrame] = {}
+        self._run_ids: dict[WindowKey, str] = {}
 
     @property
     def analyses_run(self) -> int:
@@ -74,3 +78,17 @@ class AnalyticsSource:
                 self.store, start, end, threshold_ms, conventions=self.conventions
             )
         return self._good_total[key]
+
+    def run_id(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> str:
+        """Persist the analysis of this window (once per evaluation) and return its run id."""
+        key = (start, end, baseline_start, baseline_end)
+        if key not in self._run_ids:
+            analysis = self.analysis(start, end, baseline_start, baseline_end)
+            self._run_ids[key] = persist_analysis(self.store, analysis, self.conventions)
+        return self._run_ids[key]

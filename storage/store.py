@@ -124,8 +124,8 @@ def _check_not_locked(path: Path, dsn: str) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         raise StoreInUseError(
-            f"store {dsn} is in use by another process; stop that process (e.g. `tailwatch serve`) "
-            "or point this command at its HTTP API or a ClickHouse server with --store"
+            f"store {dsn} is in use by another process; stop that process (e.g. `tailwatch serve`), "
+            "or keep data in a ClickHouse server (--store http://host:8123) that several processes share"
         ) from None
     finally:
         os.close(fd)
@@ -329,7 +329,7 @@ def open_store(dsn: str | None = None, *, connect_timeout: float = 10.0, create:
             if "lock" in message.lower() or "Another server instance" in message:
                 raise StoreInUseError(
                     f"store {location.dsn} is in use by another process; stop that process "
-                    "or use its HTTP API"
+                    "(e.g. `tailwatch serve`) first"
                 ) from None
             raise StoreError(
                 f"store {location.dsn} could not be opened: {' '.join(message.split())[:300]}"

@@ -9,7 +9,10 @@ commands come here instead (:mod:`tailwatch.remote`):
 - ``POST /api/v1/dashboards/export`` (JSON body ``{"start", "end", "formats"}``) — a zip of the
   exported files;
 - ``GET /api/v1/jobs`` — the newest job runs; ``POST /api/v1/jobs/{name}/run`` runs one now;
-- ``GET /dashboards/…`` — the latest dashboards the scheduled export wrote (static files).
+- ``GET /dashboards/…`` — the latest dashboards the scheduled export wrote (static files);
+- ``GET /dashboards/runs/{run_id}/{view}.html`` — the views of one persisted analysis run, what an
+  alert links to: rendered on first request from the run and kept under ``<out_dir>/runs/``;
+- ``GET /`` — a redirect to ``/dashboards/``.
 
 With a token configured every route requires it, compared in constant time: as
 ``Authorization: Bearer <token>``, or as the password of HTTP Basic auth so a browser opening a
@@ -24,19 +27,22 @@ import hmac
 import io
 import ipaddress
 import json
+import logging
+import os
+import re
 import shutil
 import tempfile
 import threading
 import zipfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
@@ -49,6 +55,16 @@ from tailwatch.service_schema import recent_job_runs
 __all__ = ["ARROW_STREAM", "ServiceApi", "api_routes"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+log = logging.getLogger("tailwatch.service")
+
+# Run ids are what ``analytics.persist_analysis`` makes (uuid4 hex): nothing else reaches the disk.
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+# How many of the newest persisted runs a run page is looked up among (every alert and every
+# scheduled analysis is one; 90 days of 5-minute analyses is ~26,000).
+RUN_LOOKUP_LIMIT = 100_000
+# Alert transitions are stamped with millisecond precision at the window's end (the evaluation).
+_ALERT_END_SLACK = timedelta(milliseconds=1)
 
 
 class _BadRequest(Exception):
@@ -108,6 +124,8 @@ class ServiceApi:
     config: TailwatchConfig
     token: str | None = None
     run_job: Callable[[str], Any] | None = None
+    # The window of the latest scheduled analysis (what /dashboards/ shows), if any yet.
+    scheduled_window: Callable[[], tuple[datetime, datetime] | None] | None = None
     slots: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(API_CONCURRENCY)
     )
@@ -165,13 +183,18 @@ def refusal(api: ServiceApi, request: Request) -> str | None:
     return None
 
 
-def _guard(api: ServiceApi, handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+def _guard(
+    api: ServiceApi, handler: Handler, *, browser: bool = False
+) -> Callable[[Request], Awaitable[Response]]:
+    """``handler`` behind the origin check, the token (``browser``: a page an alert links to,
+    whose 401 asks for Basic credentials) and the API's concurrency limit."""
+
     async def endpoint(request: Request) -> Response:
         reason = refusal(api, request)
         if reason is not None:
             return _json({"error": reason}, 403)
         if not api.authorized(request):
-            return _unauthorized(browser=False)
+            return _unauthorized(browser=browser)
         body = await request.body() if request.method == "POST" else b""
         if not api.slots.acquire(blocking=False):
             return JSONResponse(
@@ -267,9 +290,13 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         body = _request_json(raw)
         start = _time_param(body["start"], "start") if body.get("start") else None
         end = _time_param(body["end"], "end") if body.get("end") else None
+        if start is None and end is None and api.scheduled_window is not None:
+            # No window: what /dashboards/ shows, not whichever run was persisted last.
+            start, end = api.scheduled_window() or (None, None)
         formats = body.get("formats") or ["html"]
         if not isinstance(formats, list) or any(f not in ("html", "png") for f in formats):
             raise _BadRequest("formats: a list of 'html' and/or 'png'")
+        # Never into dashboards.out_dir: an ad-hoc export does not replace what /dashboards/ serves.
         staging = Path(tempfile.mkdtemp(prefix="tailwatch-export-"))
         try:
             report = export_dashboards(
@@ -320,7 +347,27 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             return _json({"error": f"no scheduled job named {name!r}"}, 404)
         return _json({k: getattr(run, k) for k in run.__dataclass_fields__})
 
+    pages = _RunPages(api, out_dir / "runs")
+
+    def run_page_route(request: Request, body: bytes) -> Response:
+        run_id, page = request.path_params["run_id"], request.path_params.get("page") or "index.html"
+        path = pages.page(run_id, page)
+        if path is None:
+            return _json({"error": f"no page {page!r} of an analysis run {run_id!r}"}, 404)
+        return Response(path.read_bytes(), media_type="text/html; charset=utf-8")
+
+    async def run_dir(request: Request) -> Response:
+        # Relative links between the views of a run need the trailing slash.
+        return RedirectResponse(f"{request.path_params['run_id']}/", status_code=307)
+
+    async def root(request: Request) -> Response:
+        return RedirectResponse("/dashboards/", status_code=307)
+
     return [
+        Route("/", root, methods=["GET", "HEAD"]),
+        Route("/dashboards/runs/{run_id}", run_dir, methods=["GET", "HEAD"]),
+        Route("/dashboards/runs/{run_id}/", _guard(api, run_page_route, browser=True), methods=["GET"]),
+        Route("/dashboards/runs/{run_id}/{page}", _guard(api, run_page_route, browser=True), methods=["GET"]),
         Route("/api/v1/analyze", _guard(api, analyze_route), methods=["GET"]),
         Route("/api/v1/alerts", _guard(api, alerts_route), methods=["GET"]),
         Route("/api/v1/dashboards/export", _guard(api, export_route), methods=["POST"]),
@@ -328,6 +375,77 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         Route("/api/v1/jobs/{name}/run", _guard(api, run_job_route), methods=["POST"]),
         Mount("/dashboards", app=_GuardedStatic(api, out_dir), name="dashboards"),
     ]
+
+
+class _RunPages:
+    """The views of persisted analysis runs, rendered on first request and kept on disk.
+
+    A run never changes once persisted, so its pages are written once, into a staging directory
+    renamed to ``<root>/<run_id>`` (a reader never sees half a run), and then served from there
+    for as long as the files are kept — also after the run itself has expired from the store.
+    """
+
+    def __init__(self, api: ServiceApi, root: Path) -> None:
+        self.api = api
+        self.root = root
+        # One render at a time: renders are rare (one per alert), and two requests for the same
+        # run must not both compute it.
+        self._lock = threading.Lock()
+
+    def page(self, run_id: str, page: str) -> Path | None:
+        """The file of ``page`` (``index.html`` or ``<view>.html``) of run ``run_id``; ``None``
+        when there is no such page or run."""
+        from dashboards import VIEWS
+
+        if not _RUN_ID.fullmatch(run_id) or page not in {"index.html", *(f"{v}.html" for v in VIEWS)}:
+            return None
+        path = self.root / run_id / page
+        if not path.is_file():
+            # Not rendered yet, or rendered before this view existed (an upgrade): render it all.
+            with self._lock:
+                if not path.is_file() and not self._render(run_id):
+                    return None
+        return path if path.is_file() else None
+
+    def _render(self, run_id: str) -> bool:
+        from analytics import load_analysis, runs
+        from dashboards import write_dashboards
+        from slo_rules import alert_history
+
+        listed = runs(self.api.store, limit=RUN_LOOKUP_LIMIT)
+        rows = [r for r in listed.iter_rows(named=True) if r["run_id"] == run_id]
+        if not rows:
+            return False
+        analysis = load_analysis(self.api.store, rows[0]["start"], rows[0]["end"])
+        if analysis is None:
+            return False
+        try:
+            # Transitions stamped at the window's end (the evaluation that raised the alert) belong to it.
+            alerts = alert_history(self.api.store, analysis.start, analysis.end + _ALERT_END_SLACK)
+        except TailwatchError as exc:
+            log.warning("alert history unavailable for analysis run %s: %s", run_id, exc)
+            alerts = None
+        self.root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".render-", dir=self.root))
+        try:
+            write_dashboards(
+                analysis,
+                staging,
+                alerts=alerts,
+                formats=("html",),
+                # Another run over the very same window may be newer: the page names what it shows.
+                run_id=analysis.run_id or run_id,
+                trace_url=self.api.config.links.trace_url,
+            )
+            target = self.root / run_id
+            if target.exists():
+                outdated = Path(tempfile.mkdtemp(prefix=".outdated-", dir=self.root))
+                os.replace(target, outdated / run_id)
+                shutil.rmtree(outdated, ignore_errors=True)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        return True
 
 
 def _request_json(raw: bytes) -> dict[str, Any]:

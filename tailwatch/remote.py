@@ -12,16 +12,22 @@ operation over HTTP::
     else:
         with target as store:
             ...
+
+The commands that write (``ingest``, ``alerts evaluate|deliver``, ``schema apply``) take the same
+route: spans go to the service's OTLP/HTTP receiver, which acknowledges them into its spool, and
+evaluation and delivery are its ``evaluate`` job, run now (``POST /api/v1/jobs/evaluate/run``).
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import os
+import time
 import zipfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -33,7 +39,14 @@ from dashboards import ExportReport
 from storage import Store, StoreInUseError, open_store, parse_dsn, parse_time
 from tailwatch.config import INGEST_TOKEN_ENV, resolve_dsn
 
-__all__ = ["RemoteService", "ServiceUnavailableError", "find_service", "for_store", "store_or_service"]
+__all__ = [
+    "RemoteService",
+    "ServiceUnavailableError",
+    "SpanSendResult",
+    "find_service",
+    "for_store",
+    "store_or_service",
+]
 
 SERVICE_FILE = "tailwatch-service.json"
 # The summary of a dashboard export the API sends beside the zip of its files.
@@ -192,8 +205,111 @@ class RemoteService:
             notes=[str(n) for n in summary.get("notes") or []],
         )
 
+    def run_job(self, name: str) -> dict[str, Any]:
+        """Run one of the service's scheduled jobs now; the run as ``GET /api/v1/jobs`` lists it."""
+        body = self._request("POST", f"/api/v1/jobs/{name}/run").json()
+        assert isinstance(body, dict)
+        return body
+
+    def send_spans(self, requests: Iterable[Any], batch_spans: int = 5_000) -> SpanSendResult:
+        """Export decoded ``ExportTraceServiceRequest`` s to the service's ``POST /v1/traces``.
+
+        Small requests (a JSON-lines file holds one per line) are merged up to ``batch_spans``
+        spans per export. A 429/503 is retried after its ``Retry-After`` for up to a minute: the
+        receiver says so when its queue is full, and the spans are not lost by waiting.
+        """
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        result = SpanSendResult()
+        pending = ExportTraceServiceRequest()
+        count = 0
+        for request in requests:
+            pending.resource_spans.extend(request.resource_spans)
+            count += _span_count(request)
+            if count >= batch_spans:
+                self._export(pending, count, result)
+                pending, count = ExportTraceServiceRequest(), 0
+        if count or pending.resource_spans:
+            self._export(pending, count, result)
+        return result
+
+    def _export(self, request: Any, spans: int, result: SpanSendResult) -> None:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        body = gzip.compress(request.SerializeToString(), compresslevel=1)
+        headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+        deadline = time.monotonic() + 60.0
+        while True:
+            try:
+                response = self._client.post("/v1/traces", content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                raise ServiceUnavailableError(
+                    f"the tailwatch service's OTLP/HTTP receiver at {self.endpoint.api_url}/v1/traces "
+                    f"did not answer: {exc}"
+                ) from None
+            wait = _retry_after(response)
+            if response.status_code in (429, 503) and time.monotonic() + wait < deadline:
+                time.sleep(wait)
+                continue
+            break
+        answer = ExportTraceServiceResponse()
+        status_message = ""
+        if response.status_code == 200:
+            answer.ParseFromString(response.content)
+        else:
+            status_message = _status_message(response)
+        if response.status_code == 401:
+            raise ServiceUnavailableError(
+                f"the tailwatch service at {self.endpoint.api_url} requires its token: "
+                f"set {self.endpoint.token_env}"
+            )
+        if response.status_code != 200:
+            # The whole export was refused (malformed, too large, or the service stopping).
+            result.rejected += spans
+            result.errors.append(f"{response.status_code}: {status_message}")
+            return
+        rejected = int(answer.partial_success.rejected_spans)
+        result.accepted += spans - rejected
+        result.rejected += rejected
+        if answer.partial_success.error_message:
+            result.rejections.append(answer.partial_success.error_message)
+
     def close(self) -> None:
         self._client.close()
+
+
+@dataclass
+class SpanSendResult:
+    """What the service's receiver acknowledged (into its spool) and rejected, with its reasons."""
+
+    accepted: int = 0
+    rejected: int = 0
+    # Exports refused whole (the file's spans did not get in), and why spans were rejected.
+    errors: list[str] = field(default_factory=list)
+    rejections: list[str] = field(default_factory=list)
+
+
+def _span_count(request: Any) -> int:
+    return sum(len(scope.spans) for resource in request.resource_spans for scope in resource.scope_spans)
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return max(0.1, min(float(response.headers.get("retry-after", "1")), 30.0))
+    except ValueError:
+        return 1.0
+
+
+def _status_message(response: httpx.Response) -> str:
+    """The message of the receiver's ``google.rpc.Status`` body (protobuf), else the text."""
+    from google.rpc import status_pb2
+
+    status = status_pb2.Status()
+    try:
+        status.ParseFromString(response.content)
+    except Exception:  # any undecodable body is shown as text
+        return " ".join(response.text.split())[:300]
+    return status.message or " ".join(response.text.split())[:300]
 
 
 def for_store(dsn: str | None, cause: StoreInUseError | None = None) -> RemoteService:
@@ -204,15 +320,17 @@ def for_store(dsn: str | None, cause: StoreInUseError | None = None) -> RemoteSe
         raise ServiceUnavailableError(
             f"store {resolved} is in use by another process and no tailwatch service API is "
             f"announced for it ({SERVICE_FILE} missing or stale); stop that process, or run "
-            "`tailwatch serve` with OTLP/HTTP enabled so read commands can go through its API"
+            "`tailwatch serve` with OTLP/HTTP enabled so commands can go through its API"
         ) from cause
     return RemoteService(endpoint, resolved)
 
 
-def store_or_service(dsn: str | None) -> Store | RemoteService:
-    """What a read command reads: the store (never created by a read), or the service that owns it."""
+def store_or_service(dsn: str | None, *, create: bool = False) -> Store | RemoteService:
+    """What a command works on: the store, or the service that owns it.
+
+    A read never creates the store (``create=False``); ``ingest`` and ``schema apply`` do."""
     resolved = resolve_dsn(dsn)
     try:
-        return open_store(resolved, create=False)
+        return open_store(resolved, create=create)
     except StoreInUseError as exc:
         return for_store(resolved, exc)

@@ -59,9 +59,11 @@ __all__ = [
     "JobRun",
     "JobRunner",
     "JobStatus",
+    "ScheduledAnalysis",
     "SchedulerLease",
     "Service",
     "ServiceError",
+    "dashboards_base_url",
     "default_jobs",
     "recent_job_runs",
 ]
@@ -455,18 +457,47 @@ def _rollup(ctx: JobContext) -> object:
     return f"{written} rollup rows written"
 
 
-def _analyze(ctx: JobContext) -> object:
-    from analytics import analyze, persist_analysis
+@dataclass
+class ScheduledAnalysis:
+    """The latest analysis the service's schedule persisted: what ``/dashboards/`` shows.
 
-    analysis_cfg = ctx.config.analysis
-    conventions = _conventions(ctx.config)
-    start = ctx.now - timedelta(seconds=analysis_cfg.window)
-    baseline_start = baseline_end = None
-    if analysis_cfg.baseline:
-        baseline_end = start
-        baseline_start = start - timedelta(seconds=analysis_cfg.baseline)
-    analysis = analyze(ctx.store, start, ctx.now, baseline_start, baseline_end, conventions=conventions)
-    return f"analysis run {persist_analysis(ctx.store, analysis, conventions)}"
+    Runs are persisted by others too (an ad-hoc ``dashboard export`` of another window, the
+    analysis behind each alert): "the newest persisted run" is whoever wrote last, so the
+    scheduled export names its run's window instead.
+    """
+
+    run_id: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, run_id: str, start: datetime, end: datetime) -> None:
+        with self._lock:
+            self.run_id, self.start, self.end = run_id, start, end
+
+    def window(self) -> tuple[datetime, datetime] | None:
+        with self._lock:
+            return (self.start, self.end) if self.start is not None and self.end is not None else None
+
+
+@dataclass
+class _Analyze:
+    scheduled: ScheduledAnalysis
+
+    def __call__(self, ctx: JobContext) -> object:
+        from analytics import analyze, persist_analysis
+
+        analysis_cfg = ctx.config.analysis
+        conventions = _conventions(ctx.config)
+        start = ctx.now - timedelta(seconds=analysis_cfg.window)
+        baseline_start = baseline_end = None
+        if analysis_cfg.baseline:
+            baseline_end = start
+            baseline_start = start - timedelta(seconds=analysis_cfg.baseline)
+        analysis = analyze(ctx.store, start, ctx.now, baseline_start, baseline_end, conventions=conventions)
+        run_id = persist_analysis(ctx.store, analysis, conventions)
+        self.scheduled.record(run_id, analysis.start, analysis.end)
+        return f"analysis run {run_id}"
 
 
 def _conventions(config: TailwatchConfig) -> Conventions | None:
@@ -499,12 +530,14 @@ class _Evaluate:
     def __call__(self, ctx: JobContext) -> object:
         from slo_rules import deliver, evaluate
 
+        url = self.dashboard_url()
         result = evaluate(
             ctx.store,
             self.rules.load(),
             ctx.now,
             notifiers=self.notifiers,
-            dashboard_url=self.dashboard_url(),
+            dashboard_url=url,
+            dashboard_links=url is not None,
             conventions=_conventions(ctx.config),
             trace_url=ctx.config.links.trace_url,
             evaluation_interval=self.interval(ctx.config.schedule.evaluate, ctx.now),
@@ -530,16 +563,29 @@ class _Evaluate:
         return max(gaps, default=timedelta(seconds=60))
 
 
-def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | None = None) -> list[Path]:
+def export_and_publish(
+    store: Store,
+    config: TailwatchConfig,
+    now: datetime | None = None,
+    *,
+    window: tuple[datetime, datetime] | None = None,
+) -> list[Path]:
     """Export the dashboards into a fresh directory, then move each file into ``out_dir``.
 
-    Each file is replaced atomically (``os.replace``), so ``/dashboards/`` never serves a
-    half-written view while an export runs.
+    The window: ``window`` (the scheduled analysis'), else ``dashboards.window`` ending at ``now``,
+    else the latest persisted analysis. Each file is replaced atomically (``os.replace``), so
+    ``/dashboards/`` never serves a half-written view while an export runs. Nothing else writes
+    ``out_dir``: API exports go to a temporary directory, alert links under ``out_dir/runs/``.
     """
     out_dir = config.dashboards.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
-    end = now or _now()
-    start = end - timedelta(seconds=config.dashboards.window) if config.dashboards.window else None
+    start: datetime | None = None
+    end: datetime | None = None
+    if window is not None:
+        start, end = window
+    elif config.dashboards.window:
+        end = now or _now()
+        start = end - timedelta(seconds=config.dashboards.window)
     from dashboards import export_dashboards
 
     staging = Path(tempfile.mkdtemp(prefix=".export-", dir=out_dir))
@@ -548,7 +594,7 @@ def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | No
             store,
             staging,
             start,
-            end if start else None,
+            end,
             formats=tuple(config.dashboards.formats),
             conventions=_conventions(config),
             trace_url=config.links.trace_url,
@@ -564,9 +610,35 @@ def export_and_publish(store: Store, config: TailwatchConfig, now: datetime | No
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _dashboards(ctx: JobContext) -> object:
-    files = export_and_publish(ctx.store, ctx.config, ctx.now)
-    return f"{len(files)} files exported to {ctx.config.dashboards.out_dir}"
+@dataclass
+class _Dashboards:
+    """The scheduled export: the latest scheduled analysis (or ``dashboards.window`` ending now)."""
+
+    scheduled: ScheduledAnalysis
+    analyze: _Analyze
+
+    def __call__(self, ctx: JobContext) -> object:
+        window = None
+        if not ctx.config.dashboards.window:
+            window = self.scheduled.window()
+            if window is None or ctx.config.schedule.analyze.kind == "off":
+                # No scheduled analysis yet in this process (or none scheduled at all): run one
+                # rather than publish whatever run was persisted last, by whoever.
+                self.analyze(ctx)
+                window = self.scheduled.window()
+        files = export_and_publish(ctx.store, ctx.config, ctx.now, window=window)
+        return f"{len(files)} files exported to {ctx.config.dashboards.out_dir}"
+
+
+def dashboards_base_url(config: TailwatchConfig, api_url: str | None) -> str | None:
+    """The base URL alerts link to, ``None`` when no dashboard can be opened: no
+    ``dashboards.public_url`` and either no OTLP/HTTP listener (``api_url``) or the dashboards
+    job off (``schedule.dashboards = "off"``, or scheduling disabled)."""
+    if config.dashboards.public_url:
+        return config.dashboards.public_url.rstrip("/")
+    if not config.schedule.enabled or config.schedule.dashboards.kind == "off":
+        return None
+    return f"{api_url.rstrip('/')}/dashboards" if api_url else None
 
 
 def default_jobs(
@@ -575,16 +647,26 @@ def default_jobs(
     rules: _Rules | None = None,
     dashboard_url: Callable[[], str | None] | None = None,
     registry: CollectorRegistry | None = None,
+    scheduled: ScheduledAnalysis | None = None,
 ) -> list[Job]:
-    """The four stage jobs on their configured schedules (delivery counted on ``registry``)."""
+    """The four stage jobs on their configured schedules (delivery counted on ``registry``).
+
+    ``dashboard_url``: the base URL alerts link to, ``None`` for no links (default: from the
+    configuration, :func:`dashboards_base_url`); ``scheduled``: where the analyze job records its
+    runs for the dashboards job (and the API) to find.
+    """
     rules = rules or _Rules(config.rules.files)
+    scheduled = scheduled if scheduled is not None else ScheduledAnalysis()
+    analyze = _Analyze(scheduled)
+
+    def configured_url() -> str | None:
+        return dashboards_base_url(config, config.dashboard_url())
+
     funcs: dict[JobName, JobFunc] = {
         "rollup": _rollup,
-        "analyze": _analyze,
-        "evaluate": _Evaluate(
-            rules, dashboard_url or config.dashboard_url, config.notifiers(), registry=registry
-        ),
-        "dashboards": _dashboards,
+        "analyze": analyze,
+        "evaluate": _Evaluate(rules, dashboard_url or configured_url, config.notifiers(), registry=registry),
+        "dashboards": _Dashboards(scheduled, analyze),
     }
     return [Job(name, config.schedule.job(name), funcs[name]) for name in JOB_NAMES]
 
@@ -634,18 +716,19 @@ class Service:
         self.runner: JobRunner | None = None
         self.tail_metrics: TailMetrics | None = None
         self.rules = _Rules(config.rules.files)
+        self.scheduled = ScheduledAnalysis()
+        self._dashboards_published = False
         self.api_url: str | None = None
         self._service_file: Path | None = None
 
-    # The URL alerts link to: configured, else this service's own /dashboards once listening.
     @property
     def pipeline(self) -> IngestPipeline | None:
         return self.ingest.pipeline if self.ingest is not None else None
 
     def dashboard_url(self) -> str | None:
-        if self.config.dashboards.public_url:
-            return self.config.dashboards.public_url.rstrip("/")
-        return f"{self.api_url}/dashboards" if self.api_url else None
+        """The URL alerts link to: configured, else this service's own ``/dashboards`` once
+        listening; ``None`` (no links) where no dashboard can be opened (:func:`dashboards_base_url`)."""
+        return dashboards_base_url(self.config, self.api_url)
 
     def start(self) -> None:
         """Open the store, apply the schema, start receivers and jobs; returns once listening."""
@@ -664,7 +747,9 @@ class Service:
             ensure_schema(self.store)
             token = config.auth.token()
             run_job = self._run_job_for_api if config.schedule.enabled else None
-            api = ServiceApi(self.store, config, token=token, run_job=run_job)
+            api = ServiceApi(
+                self.store, config, token=token, run_job=run_job, scheduled_window=self.scheduled.window
+            )
             self.ingest = IngestRuntime(
                 self.store,
                 config.pipeline_settings(),
@@ -690,7 +775,11 @@ class Service:
             if config.schedule.enabled:
                 if jobs is None:
                     jobs = default_jobs(
-                        config, rules=self.rules, dashboard_url=self.dashboard_url, registry=self.registry
+                        config,
+                        rules=self.rules,
+                        dashboard_url=self.dashboard_url,
+                        registry=self.registry,
+                        scheduled=self.scheduled,
                     )
                 self.runner = JobRunner(
                     self.store, config, jobs, registry=self.registry, on_run=self._after_job
@@ -718,6 +807,21 @@ class Service:
         # rather than at the next stale scrape.
         if self.tail_metrics is not None:
             self.tail_metrics.refresh_soon()
+        if run.job == "dashboards" and run.status == "ok":
+            self._dashboards_published = True
+        elif run.job == "analyze" and run.status == "ok":
+            self._publish_first_dashboards()
+
+    def _publish_first_dashboards(self) -> None:
+        """Once the first scheduled analysis is in, run the dashboards job now rather than one
+        interval after start (an hour by default), unless a previous run already published some."""
+        runner = self.runner
+        if self._dashboards_published or runner is None or "dashboards" not in runner.jobs:
+            return
+        self._dashboards_published = True
+        if (self.config.dashboards.out_dir / "index.html").exists():
+            return
+        runner.scheduler.modify_job("dashboards", next_run_time=_now())
 
     def _run_job_for_api(self, name: str) -> JobRun:
         if self.runner is None or name not in self.runner.jobs:

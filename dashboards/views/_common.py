@@ -26,6 +26,7 @@ __all__ = [
     "View",
     "add_vline",
     "axis_refs",
+    "count_of",
     "empty_figure",
     "fmt_ms",
     "left_out",
@@ -151,6 +152,11 @@ def rows_of(frame: pl.DataFrame, service: str, operation: str) -> pl.DataFrame:
 
 def op_label(service: str, operation: str) -> str:
     return f"{esc(service)} · {esc(operation)}"
+
+
+def count_of(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 queue``, ``2 queues``: the noun agrees with the number."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def left_out(shown: int, total: int, what: str) -> str:

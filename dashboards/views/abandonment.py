@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
@@ -14,6 +16,7 @@ from dashboards.views._common import (
     ROW_HEIGHT,
     VIEW_TITLES,
     add_vline,
+    count_of,
     empty_figure,
     left_out,
     op_label,
@@ -22,7 +25,11 @@ from dashboards.views._common import (
     window_subtitle,
 )
 
-__all__ = ["abandonment_figure"]
+__all__ = ["MIN_BUCKET_REQUESTS", "abandonment_figure"]
+
+# A bucket of one or two requests reads 0% or 100%: below this many its bar is greyed and its hover
+# says the rate rests on too few requests (the Wilson interval shows how little it says).
+MIN_BUCKET_REQUESTS: Final = 20
 
 
 def abandonment_figure(analysis: Analysis) -> go.Figure:
@@ -56,10 +63,25 @@ def abandonment_figure(analysis: Analysis) -> go.Figure:
         low = buckets["rate_low"].to_list()
         high = buckets["rate_high"].to_list()
         mids = [(a + b) / 2 for a, b in zip(lo, hi, strict=True)]
+        counts = buckets["requests"].to_list()
+        thin = [n < MIN_BUCKET_REQUESTS for n in counts]
         custom = [
-            [esc(service), esc(operation), a, b, n, k, lw, hg]
-            for a, b, n, k, lw, hg in zip(
-                lo, hi, buckets["requests"].to_list(), buckets["abandoned"].to_list(), low, high, strict=True
+            [
+                esc(service),
+                esc(operation),
+                a,
+                b,
+                n,
+                k,
+                lw,
+                hg,
+                f"<br><i>only {count_of(n, 'request')}: too few for a rate (greyed below "
+                f"{MIN_BUCKET_REQUESTS})</i>"
+                if t
+                else "",
+            ]
+            for a, b, n, k, lw, hg, t in zip(
+                lo, hi, counts, buckets["abandoned"].to_list(), low, high, thin, strict=True
             )
         ]
         fig.add_trace(
@@ -70,7 +92,10 @@ def abandonment_figure(analysis: Analysis) -> go.Figure:
                 name="abandonment rate (95% Wilson interval)",
                 legendgroup="rate",
                 showlegend=row == 1,
-                marker={"color": style.CLIFF, "opacity": 0.75},
+                marker={
+                    "color": [style.THIN_BUCKET if t else style.CLIFF for t in thin],
+                    "opacity": 0.75,
+                },
                 error_y={
                     "type": "data",
                     "symmetric": False,
@@ -83,7 +108,8 @@ def abandonment_figure(analysis: Analysis) -> go.Figure:
                 hovertemplate=(
                     "%{customdata[0]} · %{customdata[1]}<br>latency %{customdata[2]:,}–%{customdata[3]:,} ms"
                     "<br>%{customdata[5]:,} of %{customdata[4]:,} abandoned: %{y:.1%}"
-                    "<br>95% interval %{customdata[6]:.1%} – %{customdata[7]:.1%}<extra></extra>"
+                    "<br>95% interval %{customdata[6]:.1%} – %{customdata[7]:.1%}%{customdata[8]}"
+                    "<extra></extra>"
                 ),
             ),
             row=row,

@@ -11,7 +11,7 @@ import polars as pl
 from analytics import Analysis
 from dashboards import style
 from dashboards.style import esc, naive_utc
-from dashboards.views._common import DT_HOVER, VIEW_TITLES, empty_figure, window_subtitle
+from dashboards.views._common import DT_HOVER, VIEW_TITLES, count_of, empty_figure, window_subtitle
 
 __all__ = ["NO_ALERTS_TEXT", "alerts_figure"]
 
@@ -116,7 +116,9 @@ def alerts_figure(analysis: Analysis, alerts: pl.DataFrame | None) -> go.Figure:
         **style.base_layout(
             VIEW_TITLES["alerts"],
             window_subtitle(
-                analysis, f"{len(lanes)} alerts, {n_firing} firing and {n_resolved} resolved transitions"
+                analysis,
+                f"{count_of(len(lanes), 'alert')}, {n_firing} firing and "
+                f"{count_of(n_resolved, 'resolved transition')}",
             ),
             220 + 48 * len(lanes),
         )

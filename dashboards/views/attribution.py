@@ -19,6 +19,7 @@ from dashboards.style import esc, esc_all
 from dashboards.views._common import (
     MAX_PANELS,
     VIEW_TITLES,
+    axis_refs,
     empty_figure,
     fmt_ms,
     left_out,
@@ -26,10 +27,15 @@ from dashboards.views._common import (
     rows_of,
 )
 
-__all__ = ["EXEMPLARS", "TOP_SPANS", "attribution_figure"]
+__all__ = ["EXEMPLARS", "NO_CHANGE_SHARE", "SPLIT_AXIS_TITLE", "TOP_SPANS", "attribution_figure"]
 
 TOP_SPANS: Final = 8
 EXEMPLARS: Final = 3
+# What the split bars are: not the p99 delta (the headline gives that) but the change in mean time
+# per tail trace on the critical path, per class (analytics.attribution).
+SPLIT_AXIS_TITLE: Final = "Δ mean critical-path time per tail trace, baseline → current"
+# A split whose parts are all below this share of the shared scale is drawn as "no change".
+NO_CHANGE_SHARE: Final = 0.02
 
 
 def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -> go.Figure:
@@ -84,32 +90,59 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
     # over the narrow first column.
     for i in range(rows):
         fig.layout.annotations[2 * i].update(x=0.0, xanchor="left", align="left")
+    # One scale for every operation: a change of a millisecond must look like one next to a change
+    # of seconds, not fill its own panel.
+    split_range = _shared_range(
+        [(a["llm_delta_ms"], a["internal_delta_ms"]) for a in ordered.head(len(ops)).iter_rows(named=True)]
+    )
+    shown_spans = analysis.attribution_spans.filter(
+        pl.struct("service", "operation").is_in([{"service": s, "operation": o} for s, o in ops])
+    )
+    span_range = _shared_range([(d,) for d in shown_spans["delta_ms"].to_list()])
     for row, (service, operation) in enumerate(ops, start=1):
         a = rows_of(attribution, service, operation).row(0, named=True)
         who = [esc(service), esc(operation)]
+        rose = a["delta_ms"] is not None and a["delta_ms"] > 0
         for cls, column, colour, share in (
             ("LLM", "llm_delta_ms", style.LLM, a["llm_share"]),
             ("internal", "internal_delta_ms", style.INTERNAL, a["internal_share"]),
         ):
+            # The share splits a p99 *rise*; when the p99 did not rise there is nothing to split.
+            share_text = f"{share:.0%} of the p99 rise" if rose and share is not None else "p99 did not rise"
             fig.add_trace(
                 go.Bar(
                     x=[a[column]],
-                    y=["Δ p99"],
+                    # The numbers are the category label: horizontal, outside the bar, always readable.
+                    y=[
+                        f"{cls} {_fmt_delta(a[column])}"
+                        + (f" ({share:.0%})" if rose and share is not None else "")
+                    ],
                     orientation="h",
                     name=cls,
                     legendgroup=cls,
                     showlegend=row == 1,
                     marker={"color": colour},
-                    text=[f"{cls} {_fmt_delta(a[column])}" + ("" if share is None else f" ({share:.0%})")],
-                    textposition="inside",
-                    customdata=[[*who, cls, "n/a" if share is None else f"{share:.0%}"]],
+                    customdata=[[*who, cls, share_text]],
                     hovertemplate=(
-                        "%{customdata[0]} · %{customdata[1]}<br>%{customdata[2]} share of the p99 delta: "
-                        "%{x:+,.0f} ms (%{customdata[3]})<extra></extra>"
+                        "%{customdata[0]} · %{customdata[1]}<br>%{customdata[2]} time on the critical path "
+                        "of the tail traces (at or above p99):<br>%{x:+,.0f} ms per trace, mean, baseline → "
+                        "current<br>%{customdata[3]}<extra></extra>"
                     ),
                 ),
                 row=row,
                 col=1,
+            )
+        if _no_change(a["llm_delta_ms"], a["internal_delta_ms"], split_range):
+            xref, yref = axis_refs(fig, row, 1)
+            fig.add_annotation(
+                text="no change in the tail",
+                xref=f"{xref} domain",
+                yref=f"{yref} domain",
+                x=0.98,
+                y=0.5,
+                xanchor="right",
+                showarrow=False,
+                font={"size": 12, "color": "#555"},
             )
         spans = rows_of(analysis.attribution_spans, service, operation)
         spans = (
@@ -143,8 +176,13 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
                 row=row,
                 col=2,
             )
-        fig.update_xaxes(title_text="Δ p99 (ms)", zeroline=True, row=row, col=1)
-        fig.update_xaxes(title_text="Δ ms", zeroline=True, row=row, col=2)
+        fig.update_xaxes(
+            title_text=SPLIT_AXIS_TITLE, zeroline=True, range=split_range, ticksuffix=" ms", row=row, col=1
+        )
+        fig.update_xaxes(
+            title_text="Δ ms on the critical path", zeroline=True, range=span_range, row=row, col=2
+        )
+        fig.update_yaxes(type="category", categoryorder="trace", autorange="reversed", row=row, col=1)
         fig.update_yaxes(type="category", categoryorder="trace", row=row, col=2)
     fig.update_layout(barmode="relative")
     fig.add_trace(_exemplar_table(ordered.head(MAX_PANELS)), row=rows + 1, col=1)
@@ -160,6 +198,21 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
     height = 170 + total
     fig.update_layout(**style.base_layout(VIEW_TITLES["attribution"], subtitle, height))
     return fig
+
+
+def _shared_range(rows: list[tuple[float | None, ...]]) -> list[float]:
+    """An x range holding every row's negative parts stacked left and positive parts stacked right."""
+    lo = min((sum(min(v or 0.0, 0.0) for v in r) for r in rows), default=0.0)
+    hi = max((sum(max(v or 0.0, 0.0) for v in r) for r in rows), default=0.0)
+    if hi - lo < 1.0:  # nothing moved anywhere: a ±10 ms axis rather than a zero-width one
+        return [-10.0, 10.0]
+    pad = 0.08 * (hi - lo)
+    return [min(lo, 0.0) - (pad if lo < 0 else 0.0), hi + (pad if hi > 0 else 0.0)]
+
+
+def _no_change(llm: float | None, internal: float | None, scale: list[float]) -> bool:
+    limit = max(1.0, NO_CHANGE_SHARE * (scale[1] - scale[0]))
+    return abs(llm or 0.0) < limit and abs(internal or 0.0) < limit
 
 
 def _fmt_delta(value: float | None) -> str:

@@ -154,9 +154,15 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
             font={"size": 10, "color": style.ALERT_FIRING if r["starved"] else "#555"},
         )
     fig.update_layout(barmode="group")
-    fig.update_yaxes(type="log", title_text="seconds", row=1, col=1)
+    # One tick per power of ten (1, 10, 100 …): plotly's default log ticks read "…9 10 2 3 4…".
+    log_ticks = {
+        "dtick": 1,
+        "tickformat": "~g",
+        "minor": {"ticks": "inside", "ticklen": 3, "showgrid": False},
+    }
+    fig.update_yaxes(type="log", title_text="seconds", row=1, col=1, **log_ticks)
     fig.update_xaxes(type="date", title_text="time (UTC)", row=1, col=1)
-    fig.update_xaxes(type="log", title_text="enqueue-to-ready (s)", row=1, col=2)
+    fig.update_xaxes(type="log", title_text="enqueue-to-ready (s)", row=1, col=2, **log_ticks)
     fig.update_yaxes(title_text="share of jobs", tickformat=".0%", range=[0, 1.02], row=1, col=2)
     fig.update_yaxes(title_text="seconds", rangemode="tozero", row=2, col=1)
     fig.update_xaxes(type="category", row=2, col=1)

@@ -1,9 +1,17 @@
 """Hot path: p50/p95/p99 per operation over time, a marker at every release, sync LLM calls per request.
 
 Latency is in milliseconds; the synchronous LLM calls per request are on a second y axis.
+
+The series cover the current window only, so each panel also shows the baseline: a grey band left of
+the window start standing for the baseline window, and the operation's baseline p99 (from the
+attribution frame) as a dashed reference line across the panel. A release at the window's start
+then steps visibly from the baseline level, and each release draws its own p99 step, before → after.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
 
 import plotly.graph_objects as go
 import polars as pl
@@ -19,6 +27,7 @@ from dashboards.views._common import (
     ROW_HEIGHT,
     VIEW_TITLES,
     add_vline,
+    axis_refs,
     empty_figure,
     fmt_ms,
     left_out,
@@ -29,7 +38,10 @@ from dashboards.views._common import (
     window_subtitle,
 )
 
-__all__ = ["hot_path_figure"]
+__all__ = ["BASELINE_LEAD", "hot_path_figure"]
+
+# How much of the axis, as a share of the window, the baseline band takes left of the window start.
+BASELINE_LEAD: Final = 0.2
 
 
 def hot_path_figure(analysis: Analysis) -> go.Figure:
@@ -54,6 +66,10 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
                 f"{c['p99_slope_ms_per_release'][0]:+,.0f} ms/release"
             )
         titles.append(title)
+    lead_start = naive_utc(
+        analysis.start
+        - min(analysis.end - analysis.start, analysis.baseline_end - analysis.baseline_start) * BASELINE_LEAD
+    )
     fig = make_subplots(
         rows=len(ops),
         cols=1,
@@ -113,6 +129,9 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
             .filter((pl.col("released_at") >= analysis.start) & (pl.col("released_at") <= analysis.end))
             .sort("released_at")
         )
+        baseline = _baseline_p99(analysis, service, operation)
+        if baseline is not None:
+            _baseline(fig, row, analysis, lead_start, baseline, who)
         if releases.height:
             _release_markers(fig, row, releases)
         fig.update_yaxes(title_text="latency (ms)", rangemode="tozero", row=row, col=1, secondary_y=False)
@@ -126,12 +145,79 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
             col=1,
             secondary_y=True,
         )
-    fig.update_xaxes(type="date", range=[naive_utc(analysis.start), naive_utc(analysis.end)])
+    fig.update_xaxes(type="date", range=[lead_start, naive_utc(analysis.end)])
     fig.update_xaxes(title_text="time (UTC)", row=len(ops), col=1)
     extra = left_out(len(ops), len(ops_all), "operations")
     height = 140 + ROW_HEIGHT * len(ops)
     fig.update_layout(**style.base_layout(VIEW_TITLES["hot_path"], window_subtitle(analysis, extra), height))
     return fig
+
+
+def _baseline_p99(analysis: Analysis, service: str, operation: str) -> float | None:
+    """The operation's p99 over the baseline window: the attribution's, else the p99 before the first
+    release of the window (the release frame's "before" side starts in the baseline)."""
+    a = rows_of(analysis.attribution, service, operation)
+    if a.height and a["baseline_p99_ms"][0] is not None:
+        return float(a["baseline_p99_ms"][0])
+    first = (
+        rows_of(analysis.releases, service, operation)
+        .filter(pl.col("released_at") >= analysis.start)
+        .sort("released_at")
+    )
+    if first.height and first["p99_before_ms"][0] is not None:
+        return float(first["p99_before_ms"][0])
+    return None
+
+
+def _baseline(
+    fig: go.Figure, row: int, analysis: Analysis, lead_start: datetime, p99: float, who: list[str]
+) -> None:
+    """The baseline band left of the window start and the baseline p99 across the panel."""
+    xref, yref = axis_refs(fig, row, 1)
+    start, end = naive_utc(analysis.start), naive_utc(analysis.end)
+    fig.add_shape(
+        type="rect",
+        xref=xref,
+        yref=f"{yref} domain",
+        x0=lead_start,
+        x1=start,
+        y0=0,
+        y1=1,
+        fillcolor=style.BASELINE_BAND,
+        line={"width": 0},
+        layer="below",
+    )
+    fig.add_annotation(
+        x=lead_start,
+        y=0.02,
+        xref=xref,
+        yref=f"{yref} domain",
+        text=f"baseline p99 {fmt_ms(p99)}",
+        showarrow=False,
+        xanchor="left",
+        yanchor="bottom",
+        font={"size": 10, "color": style.BASELINE},
+    )
+    window = style.fmt_window(analysis.baseline_start, analysis.baseline_end)
+    fig.add_trace(
+        go.Scatter(
+            x=[lead_start, start, end],
+            y=[p99, p99, p99],
+            mode="lines",
+            name="baseline p99",
+            legendgroup="baseline",
+            showlegend=row == 1,
+            line={"color": style.BASELINE, "width": 1.5, "dash": "dash"},
+            customdata=[[*who, window]] * 3,
+            hovertemplate=(
+                "%{customdata[0]} · %{customdata[1]}<br>baseline p99 %{y:,.0f} ms"
+                "<br>over the baseline window %{customdata[2]}<extra></extra>"
+            ),
+        ),
+        row=row,
+        col=1,
+        secondary_y=False,
+    )
 
 
 def _release_markers(fig: go.Figure, row: int, releases: pl.DataFrame) -> None:
@@ -165,6 +251,33 @@ def _release_markers(fig: go.Figure, row: int, releases: pl.DataFrame) -> None:
         ]
         for r in releases.iter_rows(named=True)
     ]
+    # The p99 step each release made, before → after, drawn at the release: visible even when the
+    # release sits at the window's edge.
+    for significant, colour in ((True, style.RELEASE_SIGNIFICANT), (False, style.RELEASE)):
+        step_x: list[datetime | None] = []
+        step_y: list[float | None] = []
+        for when, r in zip(x, releases.iter_rows(named=True), strict=True):
+            if bool(r["significant"]) == significant and None not in (r["p99_before_ms"], r["p99_after_ms"]):
+                step_x += [when, when, None]
+                step_y += [r["p99_before_ms"], r["p99_after_ms"], None]
+        if not step_x:
+            continue
+        fig.add_trace(
+            go.Scatter(
+                x=step_x,
+                y=step_y,
+                mode="lines+markers",
+                name="p99 step at release (before → after)",
+                legendgroup="release_step",
+                showlegend=row == 1 and significant,
+                line={"color": colour, "width": 3},
+                marker={"symbol": "line-ew", "size": 14, "line": {"width": 3, "color": colour}},
+                hoverinfo="skip",
+            ),
+            row=row,
+            col=1,
+            secondary_y=False,
+        )
     fig.add_trace(
         go.Scatter(
             x=x,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+import polars as pl
+
+from analytics import Analysis
 from slo_rules.annotate import attribution_annotations
 from slo_rules.links import trace_links
 from slo_rules.rules import AnyRule
@@ -36,20 +39,125 @@ class Candidate:
     long_window: timedelta | None = None
 
 
+WindowKey = tuple[datetime, datetime, datetime | None, datetime | None]
+
+# What ``Context.dashboard`` hands a rule kind, and what the explained annotations carry until the
+# engine has decided which analysis run the link opens (slo_rules.engine); never stored or sent.
+_VIEW_STAND_IN = "tailwatch-dashboard-view:"
+_LINK_STAND_IN = "tailwatch-dashboard-link:"
+
+
+class _Reads:
+    """The evaluation's data source, noting every analysis window read, in order: an alert's link
+    opens one of the analyses its rule and its explanation read."""
+
+    def __init__(self, inner: DataSource) -> None:
+        self.inner = inner
+        self.keys: list[WindowKey] = []
+
+    def analysis(
+        self,
+        start: datetime,
+        end: datetime,
+        baseline_start: datetime | None = None,
+        baseline_end: datetime | None = None,
+    ) -> Analysis:
+        analysis = self.inner.analysis(start, end, baseline_start, baseline_end)
+        self.keys.append((start, end, baseline_start, baseline_end))
+        return analysis
+
+    def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame:
+        return self.inner.good_total(start, end, threshold_ms)
+
+
 class Context:
     """One evaluation: its instant, where the numbers come from, where the dashboards and the
-    traces (``trace_url``, a :func:`slo_rules.trace_link` template) are."""
+    traces (``trace_url``, a :func:`slo_rules.trace_link` template) are.
+
+    ``dashboard_url`` ``None``: no dashboard exists to open, and alerts carry no ``dashboard`` link.
+    """
 
     def __init__(
-        self, source: DataSource, at: datetime, dashboard_url: str, trace_url: str | None = None
+        self, source: DataSource, at: datetime, dashboard_url: str | None, trace_url: str | None = None
     ) -> None:
-        self.source = source
+        self._reads = _Reads(source)
+        self.source: DataSource = self._reads
         self.at = at
-        self.dashboard_url = dashboard_url.rstrip("/")
+        self.dashboard_url = dashboard_url.rstrip("/") if dashboard_url else None
         self.trace_url = trace_url
+        self._links: list[tuple[str, WindowKey | None]] = []
 
     def dashboard(self, view: str) -> str:
-        return f"{self.dashboard_url}/{view}.html"
+        """The ``dashboard`` annotation of the alert being explained: a stand-in that
+        :meth:`explain` binds to the analysis behind the alert and the engine turns into
+        ``<dashboard_url>/runs/<run_id>/<view>.html`` (:meth:`dashboard_link`), or drops."""
+        return f"{_VIEW_STAND_IN}{view}"
+
+    @property
+    def reads(self) -> int:
+        """How many analyses were read so far (mark before a rule runs, see :meth:`explain`)."""
+        return len(self._reads.keys)
+
+    def explain(self, candidate: Candidate, since: int) -> Candidate:
+        """``candidate`` with its dashboard link bound to the analysis behind its numbers.
+
+        ``since``: :attr:`reads` before its rule ran. The attribution view opens the analysis the
+        explanation read last (the attribution the summary quotes), other views the rule's own
+        first analysis (the window the condition was checked over).
+        """
+        rule_reads = self._reads.keys[since:]
+        explain = candidate.annotations
+
+        def annotations() -> dict[str, str]:
+            mark = len(self._reads.keys)
+            out = explain()
+            value = out.get("dashboard", "")
+            if value.startswith(_VIEW_STAND_IN):
+                view = value[len(_VIEW_STAND_IN) :]
+                own = self._reads.keys[mark:][-1:]
+                first = rule_reads[:1]
+                keys = own + first if view == "attribution" else first + own
+                self._links.append((view, keys[0] if keys else None))
+                out["dashboard"] = f"{_LINK_STAND_IN}{len(self._links) - 1}"
+            return out
+
+        return replace(candidate, annotations=annotations)
+
+    def bound_link(self, value: str) -> tuple[str, WindowKey | None] | None:
+        """(view, analysis window) of a stand-in from :meth:`explain`; ``None`` for any other value."""
+        if value.startswith(_LINK_STAND_IN):
+            return self._links[int(value[len(_LINK_STAND_IN) :])]
+        if value.startswith(_VIEW_STAND_IN):  # a kind that explained outside ``explain``
+            return value[len(_VIEW_STAND_IN) :], None
+        return None
+
+    def dashboard_link(self, view: str, key: WindowKey | None) -> str | None:
+        """The URL of ``view`` of the analysis of window ``key``, persisted now so the link opens
+        the same numbers later; ``None`` without dashboards or when it cannot be persisted.
+
+        A data source that keeps no history (no ``run_id``, as in tests) links to the latest views.
+        """
+        if self.dashboard_url is None:
+            return None
+        persist = getattr(self._reads.inner, "run_id", None)
+        if key is None or not callable(persist):
+            return f"{self.dashboard_url}/{view}.html"
+        try:
+            run_id = persist(*key)
+        except Exception as exc:
+            # The alert still goes out, without a link rather than with one to the wrong numbers.
+            log.warning("the analysis behind a %s link could not be persisted: %s", view, exc)
+            return None
+        return f"{self.dashboard_url}/runs/{run_id}/{view}.html"
+
+    def run_link(self, value: str | None, view: str) -> bool:
+        """Whether ``value`` is a link this context would make to ``view`` of some analysis run."""
+        return (
+            self.dashboard_url is not None
+            and bool(value)
+            and str(value).startswith(f"{self.dashboard_url}/runs/")
+            and str(value).endswith(f"/{view}.html")
+        )
 
     def window(self, length: timedelta) -> tuple[datetime, datetime]:
         return self.at - length, self.at

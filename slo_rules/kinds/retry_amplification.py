@@ -1,20 +1,29 @@
 """``retry_amplification``: attempts or tokens per logical call of a workflow above a limit.
 
-The alert names the hops that retry most and, when the analytics found one, the trace of the
-workflow's most retried run (``exemplar_trace_ids``, as the hot-path kinds name their slow traces).
+The summary leads with what the runs paid (observed attempt and token amplification) and gives the
+compounding model (per-hop retry rates multiplied) as the worst case it is. The alert says whose
+retries they are (``cause``: the model provider's failed calls, ``llm``; the workflow's own steps,
+``internal``; ``mixed``; :func:`slo_rules.annotate.retry_annotations`), carries the provider's 429,
+error, retry and backoff figures for the models behind the retried hops, and names, when the
+analytics found one, the trace of the workflow's most retried run (``exemplar_trace_ids``, as the
+hot-path kinds name their slow traces).
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime
 from typing import Any
 
 import polars as pl
 
-from slo_rules.annotate import fmt_pct
+from slo_rules.annotate import retry_annotations
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import RetryAmplificationRule
 
 __all__ = ["candidates"]
+
+log = logging.getLogger("tailwatch.slo_rules")
 
 # The most retried run's trace ('' when none was retried); absent from analyses that predate it.
 EXEMPLAR_COLUMN = "exemplar_trace_id"
@@ -24,25 +33,19 @@ def candidates(rule: RetryAmplificationRule, ctx: Context) -> list[Candidate]:
     start, end = ctx.window(rule.window)
     analysis = ctx.source.analysis(start, end)
     hops = analysis.retry_hops
+    llm_calls = getattr(analysis, "llm_calls", None)  # absent from analyses that predate it
     out: list[Candidate] = []
     for row in analysis.retry_amplification.iter_rows(named=True):
         workflow = str(row["workflow"])
         if not rule.selects(workflow):
             continue
-        reasons = _reasons(rule, row)
         labels = alert_labels(rule, rule.severity, workflow=workflow)
 
-        def annotate(
-            row: dict[str, Any] = row, reasons: list[str] = reasons, workflow: str = workflow
-        ) -> dict[str, str]:
-            hop_text = _top_hops(hops, workflow)
-            head = (
-                f"workflow {workflow}: {'; '.join(reasons)} over {row.get('runs')} runs; "
-                f"modeled {float(row.get('modeled_amplification') or 1):.3f}×"
-                + (f"; retries by hop: {hop_text}" if hop_text else "")
+        def annotate(row: dict[str, Any] = row, workflow: str = workflow) -> dict[str, str]:
+            explained = retry_annotations(
+                workflow, hops, llm_calls, lambda: _previous_llm_calls(ctx, start, end)
             )
             extra = {
-                "cause": "none",
                 "attempt_amplification": f"{float(row.get('attempt_amplification') or 1):.4f}",
                 "token_amplification": f"{float(row.get('token_amplification') or 1):.4f}",
                 "modeled_amplification": f"{float(row.get('modeled_amplification') or 1):.4f}",
@@ -53,30 +56,49 @@ def candidates(rule: RetryAmplificationRule, ctx: Context) -> list[Candidate]:
             if exemplar:
                 extra["exemplar_trace_ids"] = exemplar
                 extra.update(ctx.trace_links(exemplar, start, end))
-            return finish(extra, head, {}, rule)
+            return finish(extra, _head(rule, row, workflow), explained, rule)
 
-        out.append(Candidate(rule, labels, bool(reasons), annotate))
+        out.append(Candidate(rule, labels, _breached(rule, row), annotate))
     return out
 
 
-def _reasons(rule: RetryAmplificationRule, row: dict[str, Any]) -> list[str]:
+def _head(rule: RetryAmplificationRule, row: dict[str, Any], workflow: str) -> str:
+    """What the runs paid, then what the compounding model projects:
+    ``workflow claims: observed 1.287× attempts (limit 1.1×) and 1.110× tokens over 200 runs; per-hop
+    retry rates would compound to 3.233× if every retry replayed the work behind it (worst case)``."""
+    attempts = float(row.get("attempt_amplification") or 1.0)
+    observed = [f"{attempts:.3f}× attempts{_limit(attempts, rule.max_attempt_amplification)}"]
+    if row.get("token_amplification") is not None:
+        tokens = float(row["token_amplification"])
+        observed.append(f"{tokens:.3f}× tokens{_limit(tokens, rule.max_token_amplification)}")
+    modeled = float(row.get("modeled_amplification") or 1.0)
+    return (
+        f"workflow {workflow}: observed {' and '.join(observed)} over {row.get('runs')} runs; "
+        f"per-hop retry rates would compound to {modeled:.3f}× if every retry replayed the work "
+        "behind it (worst case)"
+    )
+
+
+def _limit(value: float, limit: float | None) -> str:
+    return f" (limit {limit:g}×)" if limit is not None and value > limit else ""
+
+
+def _breached(rule: RetryAmplificationRule, row: dict[str, Any]) -> bool:
     if int(row.get("runs") or 0) < rule.min_runs:
-        return []
+        return False
     attempt_amp = float(row.get("attempt_amplification") or 1.0)
     token_amp = float(row.get("token_amplification") or 1.0)
-    reasons = []
-    if rule.max_attempt_amplification is not None and attempt_amp > rule.max_attempt_amplification:
-        reasons.append(f"{attempt_amp:.3f}× attempts (limit {rule.max_attempt_amplification:g}×)")
-    if rule.max_token_amplification is not None and token_amp > rule.max_token_amplification:
-        reasons.append(f"{token_amp:.3f}× tokens (limit {rule.max_token_amplification:g}×)")
-    return reasons
-
-
-def _top_hops(hops: pl.DataFrame, workflow: str) -> str:
-    """The five hops of the workflow that retry most, with their retry rates."""
-    if hops.is_empty():
-        return ""
-    mine = hops.filter(pl.col("workflow") == workflow).sort("retry_rate", descending=True)
-    return ", ".join(
-        f"{h['hop']} {fmt_pct(float(h['retry_rate'] or 0), 1)}" for h in mine.head(5).iter_rows(named=True)
+    return (rule.max_attempt_amplification is not None and attempt_amp > rule.max_attempt_amplification) or (
+        rule.max_token_amplification is not None and token_amp > rule.max_token_amplification
     )
+
+
+def _previous_llm_calls(ctx: Context, start: datetime, end: datetime) -> pl.DataFrame | None:
+    """The per-model call summary of the window of equal length before ``start``: the baselines of
+    the provider signal. Analysed only for a firing alert whose retried hops reached a model (the
+    source keeps it for the rest of the evaluation); a failure leaves the current values alone."""
+    try:
+        return getattr(ctx.source.analysis(start - (end - start), start), "llm_calls", None)
+    except Exception as exc:
+        log.warning("the provider baseline before %s could not be analysed: %s", start.isoformat(), exc)
+        return None

@@ -25,7 +25,7 @@ from slo_rules import (
     list_alerts,
     load_rules,
 )
-from storage import open_store, utc_now
+from storage import TailwatchError, format_duration, iso_z, utc_now
 from tailwatch.commands._common import DURATION, ISO_TIME, store_option
 from tailwatch.config import (
     ALERTMANAGER_URL_ENV,
@@ -33,7 +33,6 @@ from tailwatch.config import (
     TRACE_URL_ENV,
     WEBHOOK_SECRET_ENV,
     WEBHOOK_URL_ENV,
-    resolve_dsn,
 )
 from tailwatch.remote import RemoteService, store_or_service
 
@@ -90,16 +89,90 @@ def _webhook_option(func: Any) -> Any:
     )(func)
 
 
+# An --at further ahead than this is a typo or a test, not a late evaluation: it would resolve
+# real alerts (their condition is not met in an empty future window) and notify on-call of it.
+MAX_FUTURE_AT = timedelta(minutes=5)
+
+
+def _ahead(delta: timedelta) -> str:
+    minutes = delta.total_seconds() / 60
+    return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
+
+
+_OPTION_NAMES = {
+    "at": "--at",
+    "rule_files": "--rules",
+    "webhook": "--webhook",
+    "alertmanagers": "--alertmanager",
+    "dashboard_url": "--dashboard-url",
+    "trace_url": "--trace-url",
+    "interval": "--interval",
+}
+
+
+def _refuse_options(ctx: click.Context, service: RemoteService, does: str, params: tuple[str, ...]) -> None:
+    """Options given on the command line that the running service cannot honour: one line naming them.
+
+    A value from the environment is not refused: the service reads the same variables itself."""
+    given = [
+        _OPTION_NAMES[p]
+        for p in params
+        if ctx.get_parameter_source(p) is click.core.ParameterSource.COMMANDLINE
+    ]
+    if given:
+        service.close()
+        them = "it" if len(given) == 1 else "them"
+        raise TailwatchError(
+            f"store {service.dsn} is owned by the running tailwatch service (pid {service.endpoint.pid}), "
+            f"which {does}: {', '.join(given)} cannot apply there; run the command without "
+            f"{them}, or stop the service to use {them}"
+        )
+
+
+def _run_evaluate_job(service: RemoteService, what: str) -> None:
+    """Run the service's ``evaluate`` job now and report its outcome (exit 1 unless it ran ok)."""
+    try:
+        run = service.run_job("evaluate")
+    finally:
+        service.close()
+    status = str(run.get("status", ""))
+    head = (
+        f"the tailwatch service (pid {service.endpoint.pid}) owns store {service.dsn}: "
+        f"ran its evaluate job now (run {run.get('run_id', '?')})"
+    )
+    if status == "ok":
+        click.echo(f"{head}: {what} with its configured rules and notifiers")
+        click.echo("its alerts: `tailwatch alerts list`; its delivery counters: /metrics")
+        return
+    click.echo(f"{head}: {status or 'unknown'}: {run.get('error') or 'no reason given'}", err=True)
+    sys.exit(1)
+
+
+# How to give `alerts evaluate|deliver` a notifier of each kind; the others only `serve` has.
+_CONFIGURE = {
+    "webhook": f"pass --webhook URL (or set {WEBHOOK_URL_ENV})",
+    "alertmanager": f"pass --alertmanager URL (or set {ALERTMANAGER_URL_ENV})",
+}
+
+
 def _report_undelivered(report: DeliveryReport) -> None:
     for error in report.errors:
         click.echo(f"error    {error}", err=True)
-    for row in report.undelivered:
-        when = row.next_attempt_at.strftime("%Y-%m-%dT%H:%M:%SZ")
-        state = "dead" if row.status == "dead" else f"retry at {when}"
-        click.echo(
-            f"undelivered  {row.notifier}  {row.id}  attempts={row.attempts}  {state}  "
-            f"{row.last_error}".rstrip()
+    for name, kind in report.unconfigured_notifiers.items():
+        waiting = sum(1 for row in report.undelivered if row.notifier == name)
+        how = _CONFIGURE.get(
+            kind,
+            f"it is a [[notify.{kind}]] notifier of the service's configuration, which "
+            "`tailwatch serve` delivers",
         )
+        if kind == "alertmanager" and name.startswith("alertmanager@"):
+            how = f"pass --alertmanager http://{name.removeprefix('alertmanager@')} (the instance it names)"
+        click.echo(
+            f"no {kind} notifier named {name!r} is configured for {waiting} pending "
+            f"notification{'s' if waiting != 1 else ''}: {how}; they stay queued until then"
+        )
+    for row in report.undelivered:
+        click.echo(f"undelivered  {row.notifier}  {row.id}  {report.reason(row)}")
 
 
 @click.group()
@@ -142,7 +215,15 @@ def alerts() -> None:
     help="How often this command runs: Alertmanager keeps a firing alert for 4 intervals "
     "after each evaluation that sends it.",
 )
+@click.option(
+    "--force",
+    is_flag=True,
+    help=f"Evaluate at an --at more than {format_duration(MAX_FUTURE_AT)} in the future (it resolves "
+    "every alert whose condition is not met then, and notifies the resolutions).",
+)
+@click.pass_context
 def evaluate_command(
+    ctx: click.Context,
     store_dsn: str | None,
     at: datetime | None,
     rule_files: tuple[Path, ...],
@@ -151,17 +232,38 @@ def evaluate_command(
     dashboard_url: str | None,
     trace_url: str | None,
     interval: timedelta,
+    force: bool,
 ) -> None:
     """Evaluate the rules once, record alert state, and deliver the notifications.
+
+    While `tailwatch serve` owns the store, this runs the service's own evaluate job now instead:
+    with its configured rules and notifiers, at its own clock.
 
     Exits 1 when a rule could not be evaluated (its alerts keep their state).
     """
     if interval <= timedelta(0):
         raise click.BadParameter("must be positive", param_hint="--interval")
-    at = at or utc_now()
-    rules = load_rules(list(rule_files) or None)
-    notifiers = _notifiers(webhook, alertmanagers)
-    with open_store(resolve_dsn(store_dsn)) as store:
+    now = utc_now()
+    if at is not None and at - now > MAX_FUTURE_AT and not force:
+        raise TailwatchError(
+            f"--at {iso_z(at)} is {_ahead(at - now)} in the future: evaluating then would "
+            "resolve every alert whose condition is not met at that time and notify the "
+            "resolutions; pass --force to do it anyway"
+        )
+    at = at or now
+    target = store_or_service(store_dsn, create=True)
+    if isinstance(target, RemoteService):
+        _refuse_options(
+            ctx,
+            target,
+            "evaluates at its own time with the rules, notifiers and links of its configuration",
+            ("at", "rule_files", "webhook", "alertmanagers", "dashboard_url", "trace_url", "interval"),
+        )
+        _run_evaluate_job(target, "evaluated the rules and delivered the notifications")
+        return
+    with target as store:
+        rules = load_rules(list(rule_files) or None)
+        notifiers = _notifiers(webhook, alertmanagers)
         result = evaluate(
             store,
             rules,
@@ -249,13 +351,26 @@ def _list(store_dsn: str | None, cutoff: datetime) -> tuple[pl.DataFrame, list[N
 @store_option
 @_webhook_option
 @_alertmanager_option
-def deliver_command(store_dsn: str | None, webhook: str | None, alertmanagers: tuple[str, ...]) -> None:
+@click.pass_context
+def deliver_command(
+    ctx: click.Context, store_dsn: str | None, webhook: str | None, alertmanagers: tuple[str, ...]
+) -> None:
     """Drain the outbox now: every pending notification is attempted at once, whatever its backoff.
+
+    While `tailwatch serve` owns the store, this runs the service's evaluate job now instead,
+    which delivers the outbox to the notifiers of its configuration.
 
     Exits 1 when notifications remain undelivered (listed one per line).
     """
-    notifiers = _notifiers(webhook, alertmanagers)
-    with open_store(resolve_dsn(store_dsn)) as store:
+    target = store_or_service(store_dsn, create=True)
+    if isinstance(target, RemoteService):
+        _refuse_options(
+            ctx, target, "delivers to the notifiers of its configuration", ("webhook", "alertmanagers")
+        )
+        _run_evaluate_job(target, "delivered the outbox (after evaluating the rules)")
+        return
+    with target as store:
+        notifiers = _notifiers(webhook, alertmanagers)
         report = deliver(store, notifiers, force=True)
     click.echo(f"delivery: {report}")
     _report_undelivered(report)

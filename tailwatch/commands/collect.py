@@ -10,9 +10,10 @@ from types import FrameType
 import click
 
 from collectors import IngestRuntime, PipelineSettings
-from storage import open_store, parse_dsn
+from storage import Store, StoreInUseError, open_store, parse_dsn
 from tailwatch.commands._common import command_config, store_option
 from tailwatch.config import SPOOL_DIR_ENV
+from tailwatch.remote import find_service
 
 
 def _address(value: str) -> str | None:
@@ -95,7 +96,7 @@ def collect(
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with open_store(location.dsn) as store:
+        with _own_store(location.dsn) as store:
             runtime = IngestRuntime(
                 store,
                 settings,
@@ -136,3 +137,20 @@ def collect(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _own_store(dsn: str) -> Store:
+    """The store, which the receivers write; held by another process, one line saying what works."""
+    try:
+        return open_store(dsn)
+    except StoreInUseError as exc:
+        service = find_service(dsn)
+        if service is None:
+            raise StoreInUseError(
+                f"store {dsn} is in use by another process; stop it before collecting into this store"
+            ) from None
+        raise StoreInUseError(
+            f"store {dsn} is owned by the running tailwatch service (pid {service.pid}), which already "
+            f"receives spans for it: export to {service.api_url}/v1/traces (OTLP/HTTP), or "
+            "`tailwatch ingest FILE...` files through it"
+        ) from exc

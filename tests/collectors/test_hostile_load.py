@@ -400,7 +400,7 @@ def test_gunzip_is_capped_charged_and_keeps_multi_member_bodies() -> None:
         receiver_module._gunzip_capped(body, 4 * MiB, receiver_module._Charge(budget))
 
 
-# --- the bounds, at its own volumes, on a `tailwatch collect` process -------------------
+# --- the ingest bounds, at their stated volumes, on a `tailwatch collect` process -------------------
 
 
 def test_collect_process_stays_under_1_5_gib_through_bombs_and_16_concurrent_60_mb_uploads(

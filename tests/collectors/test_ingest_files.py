@@ -88,3 +88,21 @@ def test_bad_files_and_invalid_spans_are_reported(store: Store, tmp_path: Path, 
     assert len(report.errors) == 2
     assert "junk.pb" in report.errors[0] and "cut.pb.gz: cannot read" in report.errors[1]
     assert read_spans(store).num_rows == 5
+
+
+def test_files_without_spans_and_rejected_spans_say_why(tmp_path: Path, store_dsn: str) -> None:
+    # `{"not":"otlp"}` and an empty file once reported "0 accepted, 0 rejected" and exit 0; rejected
+    # spans came with no reason.
+    (tmp_path / "other.json").write_text('{"not": "otlp"}\n')
+    (tmp_path / "empty.pb").write_bytes(b"")
+    request, _ = make_request(4, seed=3)
+    request.resource_spans[0].scope_spans[0].spans[1].span_id = b"\x00" * 8
+    (tmp_path / "some-bad.pb").write_bytes(request.SerializeToString())
+    files = [str(tmp_path / n) for n in ("other.json", "empty.pb", "some-bad.pb")]
+    result = CliRunner().invoke(main, ["ingest", "--store", store_dsn, "--no-progress", *files])
+    assert result.exit_code == 1, result.output
+    assert "other.json: no spans: not an OTLP trace export" in result.output
+    assert "empty.pb: empty file" in result.output
+    assert "ingested 3 spans (1 rejected) from 3 files" in result.output
+    rejected = [line for line in result.output.splitlines() if line.strip().startswith("rejected:")]
+    assert len(rejected) == 1 and "invalid span_id" in rejected[0], result.output

@@ -116,9 +116,33 @@ def test_hostile_requests_get_4xx_and_the_next_valid_one_succeeds(
     assert r.status_code == status
     if headers.get("Content-Type") == "application/json":
         assert r.json()["code"] == code_pb2.INVALID_ARGUMENT
+    elif headers.get("Content-Type") not in PB.values():
+        # Neither OTLP encoding: a plain sentence, not a protobuf Status starting with a tag byte.
+        assert r.headers["content-type"].startswith("text/plain")
+        assert r.text.startswith("unsupported content type ") and r.text.endswith("\n")
     else:
         assert status_pb2.Status.FromString(r.content).message
     _valid(client, seed=status)
+
+
+def test_metrics_exposition_types_process_series_and_no_created(client: TestClient) -> None:
+    """A plain scrape gets the 0.0.4 text format every scraper reads; Prometheus's OpenMetrics
+    request gets OpenMetrics; neither carries ``_created`` series, both the ``process_*`` ones."""
+    _valid(client, seed=3)
+    plain = client.get("/metrics")
+    assert plain.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "_created" not in plain.text
+    assert "process_cpu_seconds_total " in plain.text and "process_open_fds " in plain.text
+    assert "python_info{" in plain.text
+    assert 'tailwatch_ingest_requests_total{protocol="http",status="200"} 1.0' in plain.text
+    prometheus_accept = (
+        "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.5,"
+        "text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+    )
+    om = client.get("/metrics", headers={"Accept": prometheus_accept})
+    assert om.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert om.text.endswith("# EOF\n") and "_created" not in om.text
+    assert "process_cpu_seconds_total " in om.text
 
 
 def test_body_limits_hold_before_and_after_decompression(pipeline: IngestPipeline) -> None:

@@ -61,9 +61,11 @@ def test_second_process_gets_one_clear_line(store: Store, store_dsn: str) -> Non
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    # Never "point --store at its HTTP API": the OTLP port is no ClickHouse.
     assert lines == [
-        f"tailwatch: error: store {store_dsn} is in use by another process; stop that process "
-        "(e.g. `tailwatch serve`) or point this command at its HTTP API or a ClickHouse server with --store"
+        f"tailwatch: error: store {store_dsn} is in use by another process and no tailwatch service "
+        "API is announced for it (tailwatch-service.json missing or stale); stop that process, or run "
+        "`tailwatch serve` with OTLP/HTTP enabled so commands can go through its API"
     ]
     assert "Traceback" not in proc.stderr
 

@@ -410,3 +410,60 @@ def empty_like(analysis: Analysis) -> Analysis:
         baseline_end=analysis.baseline_end,
         **frames,
     )
+
+
+def oncall_alerts(hostile: bool = True) -> pl.DataFrame:
+    """An alert history in ``slo_rules.alert_history``'s columns with one alert of every kind: four
+    firing at the window's end (one written twice), three resolved (one fired before the window)."""
+    op = HOSTILE if hostile else "POST /chat"
+    queue = HOSTILE if hostile else "doc-summaries"
+    workflow = HOSTILE_FLAG if hostile else "claims-triage"
+    at = [START + timedelta(minutes=m) for m in range(0, 240, 10)]
+    rows = [
+        # fingerprint, alertname, status, at, cause, service, operation, summary, severity, queue,
+        # workflow, path
+        ("p99", "hot-path-p99-regression", "firing", at[13], "llm", "chat-api", op,
+         "chat-api: p99 1,300 ms → 2,100 ms (+800 ms); 90% LLM (openai gpt-4o +700 ms)", "page", "", "",
+         "hot"),
+        ("p99", "hot-path-p99-regression", "firing", at[19], "llm", "chat-api", op,
+         "chat-api: p99 1,300 ms → 2,100 ms (+800 ms); 90% LLM (openai gpt-4o +700 ms)", "page", "", "",
+         "hot"),
+        ("cold", "cold-path-starvation", "firing", at[6], "none", "", "", f"queue {queue} starved: "
+         "enqueue-to-ready p50 3.0 s, p99 180.0 s (p99/p50 60× (limit 20×))", "ticket", queue, "", "cold"),
+        ("rel", "hot-path-release-coupling", "firing", at[12], HOSTILE_TEMPLATE if hostile else "llm",
+         "chat-api", op, "chat-api POST /chat: release 1.5.0 added 1.0 synchronous LLM calls per request "
+         "(1.0 → 2.0)", "ticket", "", "", "hot"),
+        ("ab", "hot-path-abandonment", "firing", at[15], "llm", "chat-api", op,
+         "chat-api POST /chat: 12.0% of requests abandoned (limit 10.0%), cliff at 2,000 ms", "ticket", "",
+         "", "hot"),
+        ("retry", "workflow-retry-amplification", "firing", at[3], "none", "", "",
+         f"workflow {workflow}: attempts ×1.157 (limit ×1.10) over 1000 runs", "ticket", "", workflow, ""),
+        ("retry", "workflow-retry-amplification", "resolved", at[9], "none", "", "",
+         f"workflow {workflow}: attempts ×1.157 (limit ×1.10) over 1000 runs", "ticket", "", workflow, ""),
+        ("slice", "flag-slice-regression", "firing", at[1], "latency", "chat-api", op,
+         "chat-api POST /chat: variant async of flag f is worse than control sync on p99: p99 25 ms vs "
+         "20 ms (+5 ms)", "ticket", "", "", "hot"),
+        ("slice", "flag-slice-regression", "resolved", at[20], "latency", "chat-api", op,
+         "chat-api POST /chat: variant async of flag f is worse than control sync on p99: p99 25 ms vs "
+         "20 ms (+5 ms)", "ticket", "", "", "hot"),
+        ("old", "hot-path-p99-regression", "resolved", at[2], "internal", "chat-api", "GET /search",
+         "chat-api: p99 300 ms → 470 ms (+170 ms); 95% internal", "page", "", "", "hot"),
+    ]  # fmt: skip
+    return pl.DataFrame(
+        rows,
+        schema={
+            "fingerprint": pl.String,
+            "alertname": pl.String,
+            "status": pl.String,
+            "at": pl.Datetime("ms", "UTC"),
+            "cause": pl.String,
+            "service": pl.String,
+            "operation": pl.String,
+            "summary": pl.String,
+            "severity": pl.String,
+            "queue": pl.String,
+            "workflow": pl.String,
+            "path": pl.String,
+        },
+        orient="row",
+    )

@@ -13,7 +13,14 @@ from dashboards.views.attribution import EXEMPLARS
 from slo_rules import trace_link
 from storage import Store
 from tests.dashboards.browser import chromium, open_page
-from tests.dashboards.frames import HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE, sample_alerts, sample_analysis
+from tests.dashboards.frames import (
+    HOSTILE,
+    HOSTILE_FLAG,
+    HOSTILE_TEMPLATE,
+    oncall_alerts,
+    sample_alerts,
+    sample_analysis,
+)
 from tests.dashboards.traces import END, START, dashboard_spans
 
 pytestmark = pytest.mark.slow
@@ -63,6 +70,28 @@ def test_every_page_renders_offline_with_hostile_names_as_text(
         assert index.console_errors == [] and index.blocked_requests == [] and index.dialogs == []
         assert set(index.dom["links"]) >= {f"{v}.html" for v in VIEWS} | {"index.html"}
         assert "no alerts in this window" not in index.dom["bodyText"]
+
+
+def test_landing_page_shows_what_is_firing_as_text(tmp_path: Path) -> None:
+    """The on-call page in Chromium: firing alerts with hostile names, causes and queues drawn as text."""
+    write_dashboards(sample_analysis(hostile=True), tmp_path, alerts=oncall_alerts(hostile=True))
+    with chromium() as browser:
+        page = open_page(browser, tmp_path / "index.html", tmp_path)
+    assert page.console_errors == page.page_errors == page.dialogs == page.blocked_requests == []
+    assert page.dom["xss"] is False and page.dom["imgs"] == 0
+    text = page.dom["bodyText"]
+    assert text.index("Firing now (4)") < text.index("Resolved in this window (3)") < text.index("Views")
+    for literal in (
+        f"queue {HOSTILE}",
+        f"workflow {HOSTILE_FLAG}",
+        f"chat-api · {HOSTILE}",
+        HOSTILE_TEMPLATE,
+    ):
+        assert literal in text, literal
+    assert "p99 1,300 ms → 2,100 ms (+800 ms)" in text
+    evidence = set(page.dom["links"])
+    assert {"attribution.html", "hot_path.html", "cold_path.html", "abandonment.html"} <= evidence
+    assert {"retries.html", "boundary.html"} <= evidence
 
 
 def test_pages_exported_from_a_store_render(store: Store, tmp_path: Path) -> None:

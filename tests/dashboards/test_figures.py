@@ -13,7 +13,18 @@ import pytest
 from analytics import Analysis
 from dashboards import NO_ALERTS_TEXT, VIEWS, build_figures
 from dashboards.figures import MAX_PANELS, hot_path_figure
-from dashboards.style import INTERNAL, LLM, esc, naive_utc
+from dashboards.style import (
+    CLIFF,
+    INTERNAL,
+    LLM,
+    MODEBAR_PX,
+    RELEASE_SIGNIFICANT,
+    THIN_BUCKET,
+    esc,
+    naive_utc,
+)
+from dashboards.views._common import count_of
+from dashboards.views.abandonment import MIN_BUCKET_REQUESTS
 from tests.dashboards.frames import (
     HOSTILE,
     HOSTILE_FLAG,
@@ -317,3 +328,131 @@ def test_busiest_operations_only_beyond_the_panel_limit(analysis: Analysis) -> N
     shown = {t.customdata[0][1] for t in fig.data if t.name == "p99"}
     assert shown == {f"op{i:02d}" for i in range(MAX_PANELS)}
     assert f"busiest {MAX_PANELS} of {MAX_PANELS + 3} operations" in fig.layout.title.text
+
+
+def _axis(fig: go.Figure, ref: str) -> Any:
+    return fig.layout[ref.replace("x", "xaxis").replace("y", "yaxis")]
+
+
+def test_hot_path_draws_the_baseline_beside_the_window(analysis: Analysis) -> None:
+    fig = hot_path_figure(analysis)
+    start, end = naive_utc(analysis.start), naive_utc(analysis.end)
+    # The axis opens on the baseline: a grey band left of the window start, labelled with its p99.
+    lead = fig.layout.xaxis.range[0]
+    assert lead < start and fig.layout.xaxis.range[1] == end
+    bands = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(bands) == analysis.hot_path.height
+    assert all(b.x0 == lead and b.x1 == start for b in bands)
+    labels = [a.text for a in fig.layout.annotations]
+    for a in analysis.attribution.iter_rows(named=True):
+        who = {"c0": esc(a["service"]), "c1": esc(a["operation"])}
+        baseline = _one(fig, "baseline p99", **who)
+        # The baseline p99 of the attribution frame, across the band and the window.
+        assert list(baseline.y) == [a["baseline_p99_ms"]] * 3
+        assert list(baseline.x) == [lead, start, end]
+        assert baseline.yaxis == _one(fig, "p99", **who).yaxis
+        assert f"baseline p99 {a['baseline_p99_ms']:,.0f} ms" in labels
+    # Each release draws its p99 step, before → after, at the release.
+    steps = [t for t in fig.data if t.name == "p99 step at release (before → after)"]
+    drawn = {(x, y0, y1) for t in steps for x, y0, y1 in zip(t.x[::3], t.y[::3], t.y[1::3], strict=True)}
+    for r in analysis.releases.iter_rows(named=True):
+        assert (naive_utc(r["released_at"]), r["p99_before_ms"], r["p99_after_ms"]) in drawn
+
+
+def test_a_release_at_the_window_start_shows_its_step(analysis: Analysis) -> None:
+    # A release at the very start and no attribution row: the baseline comes from its "before" p99.
+    releases = analysis.releases.filter(pl.col("version") == "2.0.1").with_columns(
+        pl.lit(analysis.start).alias("released_at"),
+        pl.lit(189.0).alias("p99_before_ms"),
+        pl.lit(1300.0).alias("p99_after_ms"),
+        pl.lit(True).alias("significant"),
+    )
+    fig = hot_path_figure(replace(analysis, releases=releases, attribution=analysis.attribution.clear()))
+    who = {"c0": esc("chat-api"), "c1": esc(HOSTILE_TEMPLATE)}
+    baseline = _one(fig, "baseline p99", **who)
+    assert list(baseline.y) == [189.0] * 3
+    assert fig.layout.xaxis.range[0] < naive_utc(analysis.start)  # the release is not on the left edge
+    (step,) = [t for t in fig.data if t.name.startswith("p99 step")]
+    assert list(step.y) == [189.0, 1300.0, None] and step.line.color == RELEASE_SIGNIFICANT
+
+
+def _no_change_variant(analysis: Analysis) -> Analysis:
+    """The internal operation unchanged: −1 ms, p99 down a little, verdict none."""
+    unchanged = pl.col("verdict") == "internal"
+    values = {
+        "llm_delta_ms": -1.0,
+        "internal_delta_ms": 0.4,
+        "delta_ms": -2.0,
+        "llm_share": 0.0,
+        "internal_share": 0.0,
+        "verdict": "none",
+    }
+    attribution = analysis.attribution.with_columns(
+        pl.when(unchanged).then(pl.lit(v)).otherwise(pl.col(k)).alias(k) for k, v in values.items()
+    )
+    return replace(analysis, attribution=attribution)
+
+
+def test_attribution_bars_say_what_they_are_and_share_one_scale(analysis: Analysis) -> None:
+    variant = _no_change_variant(analysis)
+    fig = build_figures(variant)["attribution"]
+    split = [t for t in fig.data if t.type == "bar" and t.customdata[0][2] in ("LLM", "internal")]
+    axes = sorted({t.xaxis for t in split})
+    assert len(axes) == variant.attribution.height
+    titles = {_axis(fig, x).title.text for x in axes}
+    assert titles == {"Δ mean critical-path time per tail trace, baseline → current"}
+    assert "Δ p99 (ms)" not in json.dumps(fig.to_plotly_json(), default=str)
+    # One range for every operation, wide enough for the largest split (720 + 80 ms).
+    ranges = {tuple(_axis(fig, x).range) for x in axes}
+    assert len(ranges) == 1
+    (lo, hi) = ranges.pop()
+    assert lo <= -1.0 and hi >= 800.0
+    # The unchanged operation: bars a fraction of the axis, and the panel says so.
+    unchanged = [t for t in split if t.customdata[0][1] == esc(HOSTILE_TEMPLATE)]
+    assert all(abs(t.x[0]) / (hi - lo) < 0.01 for t in unchanged)
+    assert "no change in the tail" in [a.text for a in fig.layout.annotations]
+    # A p99 that did not rise is not split into shares: no "(0%)".
+    assert {t.y[0] for t in unchanged} == {"LLM -1 ms", "internal +0 ms"}
+    assert all(t.customdata[0][3] == "p99 did not rise" for t in unchanged)
+    # The numbers are horizontal category labels, not text squeezed (and rotated) into the bars.
+    assert all(t.text is None for t in split)
+    regressed = {t.name: t.y[0] for t in split if t.customdata[0][1] == esc(HOSTILE)}
+    assert regressed == {"LLM": "LLM +720 ms (90%)", "internal": "internal +80 ms (10%)"}
+    assert "90% of the p99 rise" in [t.customdata[0][3] for t in split]
+
+
+def test_the_legend_sits_below_the_modebar(figures: dict[str, go.Figure]) -> None:
+    for view, fig in figures.items():
+        legend = fig.layout.legend
+        # The toolbar takes the top MODEBAR_PX pixels at the right; the legend starts below them.
+        assert legend.yref == "container" and legend.yanchor == "top", view
+        assert legend.y * fig.layout.height <= fig.layout.height - MODEBAR_PX, view
+        assert fig.layout.margin.t >= MODEBAR_PX + 40, view  # and above the plots
+
+
+def test_thin_abandonment_buckets_are_greyed(analysis: Analysis) -> None:
+    thin = analysis.abandonment.with_columns(
+        pl.when(pl.col("lo_ms") == 3500).then(2).otherwise(pl.col("requests")).alias("requests"),
+        pl.when(pl.col("lo_ms") == 3500).then(2).otherwise(pl.col("abandoned")).alias("abandoned"),
+        pl.when(pl.col("lo_ms") == 3500).then(1.0).otherwise(pl.col("rate")).alias("rate"),
+    )
+    fig = build_figures(replace(analysis, abandonment=thin))["abandonment"]
+    bars = _one(fig, "abandonment rate (95% Wilson interval)")
+    colours = list(bars.marker.color)
+    assert colours[-1] == THIN_BUCKET and set(colours[:-1]) == {CLIFF}
+    assert "only 2 requests: too few for a rate" in bars.customdata[-1][8]
+    assert all(row[8] == "" for row in bars.customdata[:-1])
+    assert MIN_BUCKET_REQUESTS > 2
+
+
+def test_cold_path_log_axes_tick_at_powers_of_ten(figures: dict[str, go.Figure]) -> None:
+    fig = figures["cold_path"]
+    for axis in (fig.layout.xaxis2, fig.layout.yaxis):  # the CDF's x and the series' y
+        assert axis.type == "log" and axis.dtick == 1 and axis.tickformat == "~g"
+
+
+def test_counts_agree_with_their_nouns(analysis: Analysis) -> None:
+    one = sample_alerts().filter(pl.col("fingerprint") == "f2")
+    fig = build_figures(analysis, one)["alerts"]
+    assert "1 alert, 1 firing and 0 resolved transitions" in fig.layout.title.text
+    assert count_of(1, "queue") == "1 queue" and count_of(2, "workflow") == "2 workflows"

@@ -1,4 +1,4 @@
-"""Both notebooks run top to bottom against a fresh embedded store, and are stored without outputs."""
+"""Both notebooks run top to bottom against a store of their own, and are stored without outputs."""
 
 from __future__ import annotations
 
@@ -24,8 +24,16 @@ def test_notebook_is_stored_without_outputs(name: str) -> None:
             assert cell.outputs == [] and cell.execution_count is None, (name, cell.source[:60])
 
 
-def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat.NotebookNode:
-    monkeypatch.setenv("TAILWATCH_STORE", "chdb://" + str(tmp_path / "store"))
+def _run(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, keep_in: Path | None = None
+) -> nbformat.NotebookNode:
+    # The store every command reads: a notebook writing simulated traffic and alert state must
+    # never touch it; only TAILWATCH_NOTEBOOK_STORE chooses the notebook's store.
+    monkeypatch.setenv("TAILWATCH_STORE", "chdb://" + str(tmp_path / "real-store"))
+    if keep_in is not None:
+        monkeypatch.setenv("TAILWATCH_NOTEBOOK_STORE", "chdb://" + str(keep_in))
+    else:
+        monkeypatch.delenv("TAILWATCH_NOTEBOOK_STORE", raising=False)
     # tempfile.mkdtemp inside the notebook lands under the test's directory.
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     book = nbformat.read(NOTEBOOKS / name, as_version=4)
@@ -37,6 +45,7 @@ def _run(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> nbformat
         resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
+    assert not (tmp_path / "real-store").exists()
     return book
 
 
@@ -50,8 +59,9 @@ def _text(book: nbformat.NotebookNode) -> str:
 
 
 def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    book = _run("quickstart.ipynb", tmp_path, monkeypatch)
+    book = _run("quickstart.ipynb", tmp_path, monkeypatch, keep_in=tmp_path / "kept")
     text = _text(book)
+    assert f"store: chdb://{tmp_path / 'kept'}" in text and (tmp_path / "kept").is_dir()
     assert "analysis run" in text and "0 failed" in text
     written = [line for line in text.splitlines() if line.endswith(".html")]
     assert sorted(Path(p).name for p in written)[-1] == "retries.html" and len(written) == 8
@@ -60,6 +70,8 @@ def test_quickstart_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_regression_triage_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     book = _run("regression_triage.ipynb", tmp_path, monkeypatch)
+    # Without TAILWATCH_NOTEBOOK_STORE: a throw-away store of its own.
+    assert [p.name.startswith("tailwatch-nb-") for p in tmp_path.iterdir() if p.is_dir()].count(True) == 1
     verdict = [line for line in _text(book).splitlines() if line.startswith("alert ")]
     assert len(verdict) == 1
     line = verdict[0]

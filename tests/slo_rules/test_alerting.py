@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 
 import pytest
 
+from analytics import load_analysis, runs
 from collectors import insert_spans
 from slo_rules import (
     PagerDutyConfig,
@@ -71,7 +73,13 @@ def test_regression_fires_with_its_cause(store: Store, scenario, cause: str, whe
     top = json.loads(notes["top_spans_json"])
     assert top[0]["span_name"] == sc.expected["top_span"]
     assert len(notes["exemplar_trace_ids"].split(",")) >= 1 and len(notes["exemplar_trace_ids"]) >= 32
-    assert notes["dashboard"] == DASH + "/attribution.html"
+    # The link opens the analysis the alert came from, persisted under its run id.
+    link = re.fullmatch(re.escape(DASH) + r"/runs/([0-9a-f]{32})/attribution\.html", notes["dashboard"])
+    assert link is not None, notes["dashboard"]
+    behind = load_analysis(store, sc.end - timedelta(hours=1), sc.end)
+    assert behind is not None and behind.run_id == link[1]
+    [row] = behind.attribution.filter(behind.attribution["service"] == "chat-api").to_dicts()
+    assert float(notes["delta_ms"]) == pytest.approx(row["current_p99_ms"] - row["baseline_p99_ms"], abs=0.5)
     if cause == "llm":
         # The LLM signals on-call asks for next, in both windows.
         assert notes["llm_model"] == "openai gpt-4o"
@@ -83,6 +91,8 @@ def test_regression_fires_with_its_cause(store: Store, scenario, cause: str, whe
     # Evaluating again at the same instant changes nothing and does not fire again.
     again = evaluate(store, rules, sc.end, dashboard_url=DASH)
     assert again.fired == [] and [a.fingerprint for a in again.firing] == [alert.fingerprint]
+    # ... nor persists another analysis: the alert keeps the link it was notified with.
+    assert again.firing[0].annotations["dashboard"] == notes["dashboard"] and runs(store).height == 1
     listed = list_alerts(store)
     assert listed["state"].to_list() == ["firing"] and listed["cause"].to_list() == [cause]
 
@@ -154,7 +164,9 @@ rules:
         "queue doc-summaries starved: enqueue-to-ready p50 3.0 s, p99 180 s (p99/p50 60× (limit 20×)); "
         "p99 queue wait 179 s, processing 1.0 s"
     )
-    assert starved.annotations["dashboard"] == DASH + "/cold_path.html"
+    assert re.fullmatch(
+        re.escape(DASH) + r"/runs/[0-9a-f]{32}/cold_path\.html", starved.annotations["dashboard"]
+    )
 
     store.command("TRUNCATE TABLE otel_traces")
     ab = b.scenario_abandonment_cliff()

@@ -422,4 +422,4 @@ def test_an_async_variant_its_users_abandon_alerts_with_its_queue(store: Store) 
     )
     assert "abandonment 16.0% (" in summary and "300 vs 700 requests" in summary
     assert "the work it queues is ready after" in summary and "at p99 (300 jobs)" in summary
-    assert notes["dashboard"] == DASH + "/boundary.html"
+    assert re.fullmatch(re.escape(DASH) + r"/runs/[0-9a-f]{32}/boundary\.html", notes["dashboard"])

@@ -23,7 +23,7 @@ from tailwatch.config import (
 
 REPO = Path(__file__).resolve().parents[2]
 
-# The issue's configuration contract, verbatim.
+# The configuration contract, verbatim.
 CONTRACT_TOML = """\
 store = "chdb:///var/lib/tailwatch/store"
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -116,3 +118,91 @@ def test_analyze_goes_through_the_running_service(tmp_path: Path) -> None:
     finally:
         service.stop(timeout_s=20)
     assert os.path.exists(tmp_path / "store") and not (tmp_path / "store" / SERVICE_FILE).exists()
+
+
+def _otlp_json(request: Any) -> dict[str, Any]:
+    """OTLP/JSON as the Collector's file exporter writes it: ids in hex, not protobuf's base64."""
+    from google.protobuf import json_format
+
+    body = json_format.MessageToDict(request)
+    for resource in body["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return body
+
+
+def test_write_commands_go_through_the_running_service(tmp_path: Path) -> None:
+    """ingest, alerts evaluate|deliver and schema apply while `serve` owns the store."""
+    from tests.collectors.otlp_samples import make_request
+
+    store_path = tmp_path / "store"
+    path = tmp_path / "tw.toml"
+    path.write_text(
+        f'store = "chdb://{store_path}"\n[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        '[ingest]\nflush_interval = "100ms"\n'
+        '[schedule]\nrollup = "off"\nanalyze = "off"\nevaluate = "1h"\ndashboards = "off"\n'
+    )
+    first, expected = make_request(20, seed=5)
+    second, more = make_request(5, seed=6)
+    second.resource_spans[0].scope_spans[0].spans[0].span_id = b"\x00" * 8  # rejected: all-zero id
+    lines = tmp_path / "spans.jsonl"
+    lines.write_text("".join(json.dumps(_otlp_json(r)) + "\n" for r in (first, second)))
+    dsn = f"chdb://{store_path}"
+    service = Service(load_config(path, env={}))
+    service.start()
+    try:
+        assert service.api_url is not None and service.store is not None
+        runner = CliRunner()
+        ingested = runner.invoke(main, ["ingest", "--store", dsn, str(lines), str(tmp_path / "missing.pb")])
+        assert ingested.exit_code == 1, ingested.output  # the missing file is reported and skipped
+        assert (
+            f"ingested 24 spans (1 rejected) from 2 files through the tailwatch service at {service.api_url}"
+            in (ingested.output)
+        )
+        assert f"{lines}: otlp-json-lines, 24 accepted, 1 rejected" in ingested.output
+        assert "missing.pb: cannot read" in ingested.output
+        assert service.pipeline is not None and service.pipeline.flush(30)
+        stored = service.store.query_value("SELECT count() FROM otel_traces")
+        assert stored == 24 == len(expected) + len(more) - 1
+
+        evaluated = runner.invoke(main, ["alerts", "evaluate", "--store", dsn])
+        assert evaluated.exit_code == 0, evaluated.output
+        assert "ran its evaluate job now" in evaluated.output
+        assert "with its configured rules and notifiers" in evaluated.output
+        runs = httpx.get(f"{service.api_url}/api/v1/jobs", timeout=30).json()["runs"]
+        assert [r["status"] for r in runs if r["job"] == "evaluate"] == ["ok"]
+
+        refused = runner.invoke(
+            main, ["alerts", "evaluate", "--store", dsn, "--rules", "x.yaml", "--at", "2026-11-02T08:00:00Z"]
+        )
+        assert refused.exit_code == 2
+        [line] = refused.output.strip().splitlines()
+        assert line.startswith(f"tailwatch: error: store {dsn} is owned by the running tailwatch service")
+        assert "--at, --rules cannot apply there" in line or "--rules, --at cannot apply there" in line
+
+        delivered = runner.invoke(main, ["alerts", "deliver", "--store", dsn])
+        assert delivered.exit_code == 0, delivered.output
+        assert "delivered the outbox" in delivered.output
+        with_webhook = runner.invoke(
+            main, ["alerts", "deliver", "--store", dsn, "--webhook", "http://127.0.0.1:9"]
+        )
+        assert with_webhook.exit_code == 2 and "--webhook cannot apply there" in with_webhook.output
+
+        applied = runner.invoke(main, ["schema", "apply", "--store", dsn])
+        assert applied.exit_code == 0, applied.output
+        assert "applied the schema of store" in applied.output and "when it started" in applied.output
+        ttl = runner.invoke(main, ["schema", "apply", "--store", dsn, "--ttl-days", "7"])
+        assert ttl.exit_code == 2 and "--ttl-days change existing tables: stop the service" in ttl.output
+        collect = runner.invoke(
+            main, ["collect", "--store", dsn, "--otlp-http", "127.0.0.1:0", "--otlp-grpc", "off"]
+        )
+        assert collect.exit_code == 2
+        assert f"already receives spans for it: export to {service.api_url}/v1/traces" in collect.output
+        # No message of any of these points --store at the service's OTLP port.
+        for result in (ingested, evaluated, refused, delivered, with_webhook, applied, ttl, collect):
+            assert "--store http" not in result.output and "HTTP API" not in result.output
+    finally:
+        service.stop(timeout_s=20)
