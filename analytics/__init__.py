@@ -16,7 +16,7 @@ from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
 from analytics.hot_path import latency_good_total
-from analytics.persist import latest_analysis, load_analysis, persist_analysis, runs
+from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.rollups import build_rollups
 
@@ -34,6 +34,7 @@ __all__ = [
     "latency_good_total",
     "latest_analysis",
     "load_analysis",
+    "load_run",
     "persist_analysis",
     "render_table",
     "runs",

@@ -24,7 +24,7 @@ from analytics.conventions import Conventions
 from analytics.schema import migration
 from storage import DDLContext, Migration, Store, as_utc, ensure_schema, register_migrations
 
-__all__ = ["MIGRATIONS", "latest_analysis", "load_analysis", "persist_analysis", "runs"]
+__all__ = ["MIGRATIONS", "latest_analysis", "load_analysis", "load_run", "persist_analysis", "runs"]
 
 RUNS_TABLE = "tailwatch_analysis_runs"
 FRAMES_TABLE = "tailwatch_analysis_frames"
@@ -215,6 +215,11 @@ def load_analysis(store: Store, start: datetime, end: datetime) -> Analysis | No
         "start = {s:DateTime64(9)} AND end = {e:DateTime64(9)}",
         {"s": as_utc(start), "e": as_utc(end)},
     )
+
+
+def load_run(store: Store, run_id: str) -> Analysis | None:
+    """The persisted run ``run_id`` (what an alert's dashboard link names), or ``None``."""
+    return _load(store, "run_id = {run_id:String}", {"run_id": run_id})
 
 
 def latest_analysis(store: Store) -> Analysis | None:

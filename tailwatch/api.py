@@ -60,9 +60,6 @@ log = logging.getLogger("tailwatch.service")
 
 # Run ids are what ``analytics.persist_analysis`` makes (uuid4 hex): nothing else reaches the disk.
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
-# How many of the newest persisted runs a run page is looked up among (every alert and every
-# scheduled analysis is one; 90 days of 5-minute analyses is ~26,000).
-RUN_LOOKUP_LIMIT = 100_000
 # Alert transitions are stamped with millisecond precision at the window's end (the evaluation).
 _ALERT_END_SLACK = timedelta(milliseconds=1)
 
@@ -408,15 +405,11 @@ class _RunPages:
         return path if path.is_file() else None
 
     def _render(self, run_id: str) -> bool:
-        from analytics import load_analysis, runs
+        from analytics import load_run
         from dashboards import write_dashboards
         from slo_rules import alert_history
 
-        listed = runs(self.api.store, limit=RUN_LOOKUP_LIMIT)
-        rows = [r for r in listed.iter_rows(named=True) if r["run_id"] == run_id]
-        if not rows:
-            return False
-        analysis = load_analysis(self.api.store, rows[0]["start"], rows[0]["end"])
+        analysis = load_run(self.api.store, run_id)
         if analysis is None:
             return False
         try:

@@ -24,8 +24,9 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -33,7 +34,7 @@ import polars as pl
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from analytics import Analysis, latest_analysis, runs
+from analytics import Analysis, latest_analysis, load_analysis, runs
 from slo_rules import list_alerts
 from storage import Store
 
@@ -472,12 +473,17 @@ class TailMetrics:
         registry: CollectorRegistry | None = None,
         refresh_after_s: float = REFRESH_AFTER_S,
         max_series: int = MAX_SERIES_PER_FAMILY,
+        scheduled_window: Callable[[], tuple[datetime, datetime] | None] | None = None,
     ) -> None:
         if refresh_after_s <= 0:
             raise ValueError(f"refresh_after_s must be positive, got {refresh_after_s}")
         if max_series < 1:
             raise ValueError(f"max_series must be at least 1, got {max_series}")
         self.store = store
+        # The service's schedule names the analysis to expose: runs are also persisted for each
+        # notified alert and by ad-hoc exports, so "the newest run" can be someone else's window.
+        self.scheduled_window = scheduled_window
+        self._window: tuple[datetime, datetime] | None = None
         self.refresh_after_s = refresh_after_s
         self.max_series = max_series
         self.errors = 0
@@ -529,11 +535,21 @@ class TailMetrics:
             self._checked = time.monotonic()
             previous = self._snapshot
             try:
-                newest = runs(self.store, limit=1)
-                run_id = str(newest["run_id"][0]) if newest.height else None
+                window = self.scheduled_window() if self.scheduled_window is not None else None
                 analysis: Analysis | None = None
-                if run_id is not None and run_id != previous.run_id:
-                    analysis = latest_analysis(self.store)
+                if window is not None:
+                    # The scheduled run (re-read when the schedule has moved on to a new window).
+                    run_id = previous.run_id if window == self._window else None
+                    if run_id is None:
+                        analysis = load_analysis(self.store, *window)
+                        run_id = analysis.run_id if analysis is not None else None
+                        self._window = window if analysis is not None else None
+                else:
+                    # No scheduled run yet in this process (just started): the newest persisted one.
+                    newest = runs(self.store, limit=1)
+                    run_id = str(newest["run_id"][0]) if newest.height else None
+                    if run_id is not None and run_id != previous.run_id:
+                        analysis = latest_analysis(self.store)
                 alerts = list_alerts(self.store)
             except Exception as exc:
                 self.errors += 1

@@ -764,7 +764,9 @@ class Service:
                 self.ingest.receivers.app.add_middleware(_MetricsGuard, token=token)
             if config.schedule.enabled:
                 # The analysis and alert gauges; a receivers-only instance serves ingest series only.
-                self.tail_metrics = TailMetrics(self.store, registry=self.registry)
+                self.tail_metrics = TailMetrics(
+                    self.store, registry=self.registry, scheduled_window=self.scheduled.window
+                )
                 self.tail_metrics.start()
             self.ingest.start()
             if config.receiver.otlp_http:
