@@ -123,10 +123,16 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
             col=1,
             secondary_y=True,
         )
-        # A version first seen before the window (still running in it) is not a release *in* it.
+        # A version first seen before the window (still running in it) is not a release *in* it, nor
+        # is a service's first version (nothing before it to step from) or an unnamed one.
         releases = (
             rows_of(analysis.releases, service, operation)
-            .filter((pl.col("released_at") >= analysis.start) & (pl.col("released_at") <= analysis.end))
+            .filter(
+                (pl.col("released_at") >= analysis.start)
+                & (pl.col("released_at") <= analysis.end)
+                & (pl.col("requests_before") > 0)
+                & (pl.col("version") != "")
+            )
             .sort("released_at")
         )
         baseline = _baseline_p99(analysis, service, operation)

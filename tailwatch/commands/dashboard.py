@@ -57,6 +57,9 @@ def export(
 
     chosen = check_formats(formats)
     check_window(start, end)
+    if "png" in chosen:
+        # Rendering every view in headless Chromium takes seconds; say so before the wait.
+        click.echo("rendering the views as PNG in headless Chromium (about 10 s)…", err=True)
     target = store_or_service(store_dsn)
     if isinstance(target, RemoteService):
         # A running `tailwatch serve` owns the embedded store: it exports, we unpack the files.

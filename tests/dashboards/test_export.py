@@ -114,6 +114,8 @@ def test_cli_export_html_and_png(store_dsn: str, tmp_path: Path) -> None:
     written = sorted(Path(line).name for line in result.stdout.splitlines())
     assert written == sorted(HTML_FILES + [f"{v}.png" for v in VIEWS])
     assert "window 2026-11-02T09:00:00Z → 2026-11-02T10:00:00Z · analysed now" in result.stderr
+    # The seconds in headless Chromium are announced before the wait, not after it.
+    assert result.stderr.index("rendering the views as PNG") < result.stderr.index("files in")
     index = (out / "index.html").read_text(encoding="utf-8")
     assert 'href="attribution.png"' in index and 'href="attribution.html"' in index
     for view in VIEWS:  # real images, 1400 px wide (kaleido and the system Chromium)

@@ -456,3 +456,17 @@ def test_counts_agree_with_their_nouns(analysis: Analysis) -> None:
     fig = build_figures(analysis, one)["alerts"]
     assert "1 alert, 1 firing and 0 resolved transitions" in fig.layout.title.text
     assert count_of(1, "queue") == "1 queue" and count_of(2, "workflow") == "2 workflows"
+
+
+def test_a_first_or_unnamed_version_is_not_drawn_as_a_release(analysis: Analysis) -> None:
+    # A service's first version has nothing before it to step from ("-" before), and an empty
+    # version is no release either.
+    first = analysis.releases.head(1).with_columns(
+        pl.lit("0.9.0").alias("version"), pl.lit(0, dtype=pl.Int64).alias("requests_before")
+    )
+    unnamed = analysis.releases.head(1).with_columns(pl.lit("").alias("version"))
+    more = replace(analysis, releases=pl.concat([analysis.releases, first, unnamed]))
+    fig = hot_path_figure(more)
+    drawn = {v for t in _traces(fig, "release") for v in (row[0] for row in t.customdata)}
+    assert "0.9.0" not in drawn and "" not in drawn
+    assert drawn == {esc(v) for v in analysis.releases["version"].to_list()}
