@@ -26,8 +26,12 @@ demo: $(STAMP)
 # The system packages the tests need, each as "command:package"; `make test` says up front which
 # ones it is about to install, and where it cannot (not root, no apt-get) what to run instead.
 SYSTEM_DEPS := chromium:chromium prometheus-alertmanager:prometheus-alertmanager prometheus:prometheus
+# Shell: sets $missing to the packages of the pairs in $(1) whose command is not on PATH.
+define find_missing
+missing=""; for dep in $(1); do command -v "$${dep%%:*}" >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done
+endef
 define apt_install
-	@missing=""; for dep in $(1); do command -v "$${dep%%:*}" >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	@$(call find_missing,$(1)); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian's$$missing with apt-get ($(2))"; \
 	  if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
@@ -40,7 +44,7 @@ endef
 
 ## system-deps: say which system packages `make test` will install (before anything runs)
 system-deps:
-	@missing=""; for dep in $(SYSTEM_DEPS); do command -v "$${dep%%:*}" >/dev/null 2>&1 || missing="$$missing $${dep#*:}"; done; \
+	@$(call find_missing,$(SYSTEM_DEPS)); \
 	if [ -n "$$missing" ]; then echo "make test will install Debian's$$missing with apt-get (needs root) before running the tests"; fi
 
 ## browser: Debian's Chromium for the dashboard tests and PNG export, when missing

@@ -187,8 +187,6 @@ def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:
     )
     if spans.is_empty():
         return empty_raw
-    if "trace_key" not in spans.columns:
-        spans = spans.with_columns(pl.lit(0, pl.UInt64).alias("trace_key"))
     spans = spans.cast(pl.Schema(JOB_SPANS_SCHEMA))
     role = pl.col("role")
     producers = (
@@ -256,9 +254,7 @@ def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:
         return empty(JOBS_SCHEMA)
     return frame.select(
         pl.col("queue").cast(pl.String),
-        pl.col("trace_key").cast(pl.UInt64)
-        if "trace_key" in frame.columns
-        else pl.lit(0, pl.UInt64).alias("trace_key"),
+        pl.col("trace_key").cast(pl.UInt64),
         pl.col("enqueued_ns").cast(pl.Int64).cast(pl.Datetime("ns", "UTC")).alias("enqueued"),
         ((pl.col("started_ns") - pl.col("enqueued_ns")).clip(lower_bound=0) / 1e9).alias("queue_wait_s"),
         ((pl.col("ended_ns") - pl.col("started_ns")).clip(lower_bound=0) / 1e9).alias("processing_s"),

@@ -193,17 +193,19 @@ def slices(
             pl.col("enqueue_to_ready_s").quantile(0.99, interpolation="linear").alias("cold_p99_s"),
         )
     )
-    per_variant = per_variant.join(cold, on=keys, how="left").with_columns(pl.col("cold_jobs").fill_null(0))
+    per_variant = per_variant.join(cold, on=keys, how="left").with_columns(
+        pl.col("cold_jobs").fill_null(0), (pl.col("abandoned") / pl.col("requests")).alias("abandonment_rate")
+    )
     rows: list[dict[str, Any]] = []
     for (service, operation, flag), group in sorted(
         per_variant.partition_by("service", "operation", "flag", as_dict=True).items(), key=lambda kv: kv[0]
     ):
         variants = {r["variant"]: r for r in group.iter_rows(named=True)}
         control = control_variant({v: r["requests"] for v, r in variants.items()}, conventions)
-        control_ms = np.asarray(variants[control]["durations"], dtype=np.float64)
+        c = variants[control]
+        control_ms = np.asarray(c["durations"], dtype=np.float64)
         for variant in sorted(variants, key=lambda v: (v != control, v)):
             r = variants[variant]
-            r["abandonment_rate"] = r["abandoned"] / r["requests"]
             low, high = wilson_interval(r["abandoned"], r["requests"])
             out = {
                 "service": service,
@@ -228,8 +230,6 @@ def slices(
                 "abandonment_significant": None,
             }
             if variant != control:
-                c = variants[control]
-                c["abandonment_rate"] = c["abandoned"] / c["requests"]
                 out |= _against_control(
                     r, np.asarray(r["durations"], dtype=np.float64), c, control_ms, conventions
                 )

@@ -178,17 +178,12 @@ def _bench_routes(store: Any) -> list[Any]:
 
 
 def _serve_columnar(store: Any, spool: Path, native: bool) -> None:
-    from collectors.pipeline import IngestPipeline
-    from collectors.receivers import Receivers
-    from collectors.settings import PipelineSettings
+    from collectors import IngestRuntime, PipelineSettings
 
-    pipeline = IngestPipeline(store, PipelineSettings(spool_dir=spool, native_insert=native))
-    pipeline.start()
-    receivers = Receivers(pipeline, http="127.0.0.1:0", grpc=None, extra_routes=_bench_routes(store))
-    receivers.start()
-    _wait_for_term(receivers.http_port)
-    receivers.stop()
-    pipeline.stop()
+    settings = PipelineSettings(spool_dir=spool, native_insert=native)
+    routes = _bench_routes(store)
+    with IngestRuntime(store, settings, http="127.0.0.1:0", grpc=None, extra_routes=routes) as runtime:
+        _wait_for_term(runtime.http_port)
 
 
 def _baseline_rows(body: bytes) -> list[dict[str, Any]]:

@@ -41,6 +41,13 @@ __all__ = ["FileReport", "IngestReport", "ingest_files", "read_export_requests"]
 _GZIP_MAGIC = b"\x1f\x8b"
 _MAX_RECORD = 256 * 1024 * 1024
 MAX_REJECTION_REASONS = 5
+# What skips one request (recorded, the file goes on) and what ends reading a file.
+_DECODE_ERRORS = (OtlpDecodeError, ValueError, TypeError, OverflowError)
+_READ_ERRORS = (OSError, EOFError, zlib.error)
+
+
+def _cannot_read(exc: BaseException) -> str:
+    return f"cannot read: {getattr(exc, 'strerror', None) or exc}"
 
 
 @dataclass
@@ -200,10 +207,10 @@ def read_export_requests(path: Path | str, report: FileReport) -> Iterator[Expor
                 report.requests += 1
                 try:
                     yield decode_json(body[1]) if isinstance(body, tuple) else decode_protobuf(body)
-                except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
+                except _DECODE_ERRORS as exc:
                     report.errors.append(f"request {index + 1}: {exc}")
-    except (OSError, EOFError, zlib.error) as exc:
-        report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+    except _READ_ERRORS as exc:
+        report.errors.append(_cannot_read(exc))
 
 
 def size_of(path: Path) -> int:
@@ -252,7 +259,7 @@ def ingest_files(
                         file_report.requests += 1
                         try:
                             accepted, rejected, reason = batcher.add(body)
-                        except (OtlpDecodeError, ValueError, TypeError, OverflowError) as exc:
+                        except _DECODE_ERRORS as exc:
                             file_report.errors.append(f"request {index + 1}: {exc}")
                             continue
                         file_report.accepted += accepted
@@ -263,8 +270,8 @@ def ingest_files(
                         position = raw.tell()
                         bar.update(position - done)
                         done = position
-            except (OSError, EOFError, zlib.error) as exc:
-                file_report.errors.append(f"cannot read: {getattr(exc, 'strerror', None) or exc}")
+            except _READ_ERRORS as exc:
+                file_report.errors.append(_cannot_read(exc))
             else:
                 # A file that decodes to no span at all is not a trace export (an empty file, or
                 # JSON of another kind): say so rather than "0 accepted, 0 rejected".

@@ -45,7 +45,7 @@ class IngestRuntime:
         registry: CollectorRegistry | None = None,
         ready: Callable[[], bool] | None = None,
     ) -> None:
-        self.pipeline = IngestPipeline(store, settings or PipelineSettings(), registry=registry)
+        self.pipeline = IngestPipeline(store, settings, registry=registry)
         # Addresses are parsed here, before anything starts, so a typo costs nothing.
         self.receivers = Receivers(
             self.pipeline,

@@ -35,6 +35,7 @@ __all__ = [
     "ExportFormat",
     "ExportReport",
     "PngExportError",
+    "alerts_in_window",
     "export_dashboards",
     "find_browser",
     "write_dashboards",
@@ -115,7 +116,7 @@ def export_dashboards(
     """
     chosen = check_formats(formats)
     analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
-    alerts, notes = _alert_history(store, analysis.start, analysis.end)
+    alerts, notes = alerts_in_window(store, analysis.start, analysis.end)
     files = write_dashboards(
         analysis,
         Path(out_dir),
@@ -157,8 +158,9 @@ def _resolve_analysis(
     return computed, run_id, True
 
 
-def _alert_history(store: Store, start: datetime, end: datetime) -> tuple[pl.DataFrame | None, list[str]]:
-    """Alert transitions in the window; a store without alerting yet draws the "no alerts" timeline."""
+def alerts_in_window(store: Store, start: datetime, end: datetime) -> tuple[pl.DataFrame | None, list[str]]:
+    """Alert transitions in the window, and a note when they cannot be read (``None``: a store
+    without alerting yet draws the "no alerts" timeline)."""
     try:
         # Rules are evaluated *at* the end of a window (the scheduler's tick, the demo's simulated
         # end): a transition stamped exactly at ``end`` belongs to this window's timeline.

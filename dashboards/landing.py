@@ -23,7 +23,7 @@ import polars as pl
 
 from analytics import Analysis
 from dashboards import style
-from dashboards.views._common import VIEW_TITLES, VIEWS, View, count_of
+from dashboards.views._common import VIEW_TITLES, VIEWS, View, count_of, fmt_ms
 from dashboards.views.alerts import NO_ALERTS_TEXT
 
 __all__ = ["VIEW_DESCRIPTIONS", "AlertEntry", "alert_entries", "evidence_view", "headline", "index_body"]
@@ -201,7 +201,7 @@ def _alert_name(e: AlertEntry) -> str:
 
 def _firing_section(entries: list[AlertEntry], analysis: Analysis, formats: Sequence[str]) -> str:
     firing = [e for e in entries if e.firing]
-    window_end = style.naive_utc(analysis.end).strftime("%Y-%m-%d %H:%M UTC")
+    window_end = _when(analysis.end)
     if not firing:
         return (
             '<section class="firing"><h2>Firing now: nothing</h2>'
@@ -283,18 +283,17 @@ def index_body(
 # --- one line per view ------------------------------------------------------------------------
 
 
-def _names(items: list[str]) -> str:
+def _names(items: list[str], lead: str = ": ") -> str:
+    """``lead`` and the first few items, or nothing when there are none."""
+    if not items:
+        return ""
     shown = items[:HEADLINE_NAMES]
     more = len(items) - len(shown)
-    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+    return lead + "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
 def _op(row: Mapping[str, Any]) -> str:
     return f"{row['service']} · {row['operation']}"
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f} ms"
 
 
 def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str:
@@ -302,77 +301,66 @@ def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str
     caller escapes it)."""
     if view == "hot_path":
         coupled = analysis.release_coupling.filter(pl.col("coupled").fill_null(False))
+        steps = analysis.releases.filter(
+            pl.col("significant").fill_null(False)
+            & (pl.col("released_at") >= analysis.start)
+            & (pl.col("released_at") <= analysis.end)
+        ).sort("p99_delta_ms", descending=True, nulls_last=True)
         operations = count_of(analysis.hot_path.height, "operation")
-        line = f"{operations}, {coupled.height} with p99 coupled to releases"
-        if coupled.height:
-            line += ": " + _names(
+        return (
+            f"{operations}, {coupled.height} with p99 coupled to releases"
+            + _names(
                 [
                     f"{_op(r)} ({r['p99_slope_ms_per_release'] or 0:+,.0f} ms/release)"
                     for r in coupled.iter_rows(named=True)
                 ]
             )
-        steps = analysis.releases.filter(
-            pl.col("significant").fill_null(False)
-            & (pl.col("released_at") >= analysis.start)
-            & (pl.col("released_at") <= analysis.end)
+            + _names(
+                [
+                    f"{r['version']} on {_op(r)} {fmt_ms(r['p99_before_ms'])} → {fmt_ms(r['p99_after_ms'])}"
+                    for r in steps.iter_rows(named=True)
+                ],
+                lead="; p99 steps: ",
+            )
         )
-        if steps.height:
-            line += "; p99 steps: " + _names(
-                [
-                    f"{r['version']} on {_op(r)} {_ms(r['p99_before_ms'])} → {_ms(r['p99_after_ms'])}"
-                    for r in steps.sort("p99_delta_ms", descending=True, nulls_last=True).iter_rows(
-                        named=True
-                    )
-                ]
-            )
-        return line
     if view == "cold_path":
-        starved = analysis.cold_path.filter(pl.col("starved").fill_null(False))
-        line = f"{count_of(analysis.cold_path.height, 'queue')}, {starved.height} starved"
-        if starved.height:
-            line += ": " + _names(
-                [
-                    f"{r['queue']} (p50 {r['p50_s']:,.1f} s, p99 {r['p99_s']:,.1f} s)"
-                    for r in starved.sort("p99_over_p50", descending=True, nulls_last=True).iter_rows(
-                        named=True
-                    )
-                ]
-            )
-        return line
+        starved = analysis.cold_path.filter(pl.col("starved").fill_null(False)).sort(
+            "p99_over_p50", descending=True, nulls_last=True
+        )
+        return f"{count_of(analysis.cold_path.height, 'queue')}, {starved.height} starved" + _names(
+            [
+                f"{r['queue']} (p50 {r['p50_s']:,.1f} s, p99 {r['p99_s']:,.1f} s)"
+                for r in starved.iter_rows(named=True)
+            ]
+        )
     if view == "abandonment":
         summary = analysis.abandonment_summary
         cliffs = summary.filter(pl.col("cliff_ms").is_not_null())
-        line = f"{count_of(summary.height, 'operation')}, {cliffs.height} with a cliff"
-        if cliffs.height:
-            line += ": " + _names(
-                [
-                    f"{_op(r)} at {r['cliff_ms']:,} ms ({(r['rate'] or 0):.1%} abandoned)"
-                    for r in cliffs.iter_rows(named=True)
-                ]
-            )
-        return line
+        return f"{count_of(summary.height, 'operation')}, {cliffs.height} with a cliff" + _names(
+            [
+                f"{_op(r)} at {r['cliff_ms']:,} ms ({(r['rate'] or 0):.1%} abandoned)"
+                for r in cliffs.iter_rows(named=True)
+            ]
+        )
     if view == "retries":
         amp = analysis.retry_amplification.sort(
             ["attempt_amplification", "workflow"], descending=[True, False]
         )
-        line = count_of(amp.height, "workflow")
-        if amp.height:
-            line += ": " + _names(
-                [
-                    f"{r['workflow']} ×{r['attempt_amplification'] or 1:.2f} attempts observed"
-                    for r in amp.iter_rows(named=True)
-                ]
-            )
-        return line
+        return count_of(amp.height, "workflow") + _names(
+            [
+                f"{r['workflow']} ×{r['attempt_amplification'] or 1:.2f} attempts observed"
+                for r in amp.iter_rows(named=True)
+            ]
+        )
     if view == "attribution":
         regressions = analysis.attribution.filter(pl.col("verdict").fill_null("none") != "none").sort(
             "delta_ms", descending=True, nulls_last=True
         )
         if not regressions.height:
             return "no p99 regression against the baseline"
-        return f"{count_of(regressions.height, 'p99 regression')}: " + _names(
+        return count_of(regressions.height, "p99 regression") + _names(
             [
-                f"{_op(r)} {_ms(r['baseline_p99_ms'])} → {_ms(r['current_p99_ms'])} ({r['verdict']})"
+                f"{_op(r)} {fmt_ms(r['baseline_p99_ms'])} → {fmt_ms(r['current_p99_ms'])} ({r['verdict']})"
                 for r in regressions.iter_rows(named=True)
             ]
         )
@@ -380,15 +368,12 @@ def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str
         over = analysis.boundary.filter(
             pl.col("recommendation").is_not_null() & (pl.col("recommendation") != "keep")
         )
-        line = f"{count_of(analysis.boundary.height, 'operation')}, {over.height} over budget"
-        if over.height:
-            line += ": " + _names(
-                [
-                    f"{_op(r)} p99 {_ms(r['p99_ms'])} vs budget {_ms(r['budget_ms'])}"
-                    for r in over.iter_rows(named=True)
-                ]
-            )
-        return line
+        return f"{count_of(analysis.boundary.height, 'operation')}, {over.height} over budget" + _names(
+            [
+                f"{_op(r)} p99 {fmt_ms(r['p99_ms'])} vs budget {fmt_ms(r['budget_ms'])}"
+                for r in over.iter_rows(named=True)
+            ]
+        )
     entries = alert_entries(alerts)
     if not entries:
         return NO_ALERTS_TEXT

@@ -43,7 +43,7 @@ import polars as pl
 
 from analytics import Analysis, analyze, persist_analysis
 from collectors import IngestRuntime, PipelineSettings
-from dashboards import VIEWS, export_dashboards
+from dashboards import export_dashboards
 from demo.generator import (
     SCENARIO_INFO,
     SCENARIOS,
@@ -176,7 +176,7 @@ class ScenarioOutcome:
     cause: str = ""  # its alert's `cause` (llm, internal, mixed, none)
     evidence: str = ""
     evidence_ok: bool = True
-    # False when the analysis lacks the frame the evidence is read from: only "no alert" is checked.
+    # False when the frame the evidence is read from lacks its columns: only "no alert" is checked.
     scored: bool = True
     summary: str = ""
     where: str = ""
@@ -282,12 +282,8 @@ def _pct_pair(before: float | None, after: float | None) -> str:
     return "n/a" if before is None or after is None else f"{before:.0%} → {after:.0%}"
 
 
-def _frame(analysis: Analysis, name: str, columns: Sequence[str]) -> pl.DataFrame | str:
-    """A frame of the analysis by name, or why it cannot be read (an analysis without it, or without
-    the columns the demo reads)."""
-    frame = getattr(analysis, name, None)
-    if not isinstance(frame, pl.DataFrame):
-        return f"analysis has no {name} yet"
+def _frame(frame: pl.DataFrame, name: str, columns: Sequence[str]) -> pl.DataFrame | str:
+    """The frame, or why it cannot be read (it lacks columns the demo reads)."""
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         return f"{name} frame lacks {', '.join(missing)}"
@@ -300,7 +296,7 @@ def _ms(value: float | None) -> str:
 
 def _boundary_note(info: ScenarioInfo, analysis: Analysis) -> str:
     """The hot/cold boundary recommendation for the operation, with the numbers behind it."""
-    frame = _frame(analysis, "boundary", BOUNDARY_COLUMNS)
+    frame = _frame(analysis.boundary, "boundary", BOUNDARY_COLUMNS)
     if isinstance(frame, str):
         return frame
     rows = _target(frame, info)
@@ -316,10 +312,10 @@ def _boundary_note(info: ScenarioInfo, analysis: Analysis) -> str:
 def _slices_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, bool]:
     """The migration's slices: the sync control against the async variant (requests, p99, and the
     cold path's enqueue-to-ready p99 the async variant's users now wait for). Returns the text,
-    whether it holds, and whether the analysis could tell (False without a slices frame)."""
+    whether it holds, and whether the analysis could tell (False when the frame lacks columns)."""
     flag = info.flag
     assert flag is not None
-    frame = _frame(analysis, "slices", SLICES_COLUMNS)
+    frame = _frame(analysis.slices, "slices", SLICES_COLUMNS)
     if isinstance(frame, str):
         return frame, False, False
     rows = _target(frame, info).filter(pl.col("flag") == flag.key)
@@ -461,8 +457,7 @@ def match_alerts(
             expected_kind=info.alert_kind,
             expected_cause=info.cause,
             target=f"{info.service} {info.operation}",
-            # A view the dashboards do not have yet: the hot-path view, which every operation has.
-            where=str(dashboards_dir / f"{info.view if info.view in VIEWS else 'hot_path'}.html"),
+            where=str(dashboards_dir / f"{info.view}.html"),
         )
         on_target = [a for a in alerts if _on_target(a, info.service, info.operation)]
         claimed.update(id(a) for a in on_target)
@@ -510,7 +505,7 @@ def format_summary(result: DemoResult, cwd: Path | None = None) -> str:
         cause = o.kind + (f"/{o.cause}" if o.cause and o.cause != "none" else "") if o.kind else "-"
         check = "ok" if o.ok else ("MISSED" if o.enabled else "UNEXPECTED")
         if o.ok and o.enabled and not o.scored:
-            check = "n/a"  # the analysis cannot tell yet: only the silence was checked
+            check = "n/a"  # the analysis cannot tell: only the silence was checked
         where = "-"
         if o.alerts or (o.enabled and o.expected_kind is None):
             where = rel(o.where) + (f" trace {o.exemplar_trace}" if o.exemplar_trace else "")

@@ -43,8 +43,8 @@ from slo_rules.notifiers import AlertmanagerConfig, Notification, NotifierConfig
 from slo_rules.outbox import enqueue
 from slo_rules.rules import RuleSet
 from slo_rules.schema import MIGRATIONS as RULES_MIGRATIONS
-from slo_rules.source import AnalyticsSource, DataSource
-from slo_rules.state import AlertState, load_states, write_events, write_states
+from slo_rules.source import AnalyticsSource, DataSource, WindowKey
+from slo_rules.state import AlertState, Transition, load_states, write_events, write_states
 from storage import Store, TailwatchError, as_utc, ensure_schema, utc_now
 
 __all__ = ["DEFAULT_DASHBOARD_URL", "EvaluationResult", "evaluate", "evaluate_with"]
@@ -207,43 +207,36 @@ def _link_dashboards(ctx: Context, changes: Changes, previous: Mapping[str, Aler
     nothing and a firing alert does not persist an analysis every evaluation.
     """
     transitions = {id(state): transition for state, transition in changes.transitions}
-    linked: dict[int, AlertState] = {}
-    states: list[AlertState] = []
+    out = Changes()
     for state in changes.states:
-        bound = ctx.bound_link(state.annotations.get("dashboard", ""))
-        if bound is None:
-            linked[id(state)] = state
-            states.append(state)
-            continue
-        view, key = bound
         transition = transitions.get(id(state))
         prev = previous.get(state.fingerprint)
-        annotations = {k: v for k, v in state.annotations.items() if k != "dashboard"}
-        link: str | None = None
-        if (
-            transition not in ("firing", "repeat")
-            and prev is not None
-            and prev.state in ("pending", "firing")
-        ):
-            # The same episode, not notified now: its link stays (a resolved one's is another episode).
-            kept = prev.annotations.get("dashboard")
-            link = kept if ctx.run_link(kept, view) else None
-        if link is None:
-            link = ctx.dashboard_link(view, key)
-        if link is not None:
-            annotations["dashboard"] = link
-        new = replace(state, annotations=annotations)
-        linked[id(state)] = new
-        unchanged = (
-            transition is None
-            and prev is not None
-            and prev.state == new.state
-            and prev.active_since == new.active_since
-            and prev.annotations == new.annotations
-        )
-        if not unchanged:  # as the lifecycle decides, now that the link is known
-            states.append(new)
-    return Changes(
-        states=states,
-        transitions=[(linked[id(state)], transition) for state, transition in changes.transitions],
-    )
+        bound = ctx.bound_link(state.annotations.get("dashboard", ""))
+        if bound is not None:
+            state = replace(state, annotations=_linked(ctx, state, bound, transition, prev))
+        # Re-added as the lifecycle decides, now that the link is known: an alert whose link stayed
+        # and that changed nothing else writes no row.
+        out.add(state, transition, prev)
+    return out
+
+
+def _linked(
+    ctx: Context,
+    state: AlertState,
+    bound: tuple[str, WindowKey | None],
+    transition: Transition | None,
+    prev: AlertState | None,
+) -> dict[str, str]:
+    """``state``'s annotations with the ``dashboard`` link its stand-in is bound to (or none)."""
+    view, key = bound
+    annotations = {k: v for k, v in state.annotations.items() if k != "dashboard"}
+    link: str | None = None
+    if transition not in ("firing", "repeat") and prev is not None and prev.state in ("pending", "firing"):
+        # The same episode, not notified now: its link stays (a resolved one's is another episode).
+        kept = prev.annotations.get("dashboard")
+        link = kept if ctx.run_link(kept, view) else None
+    if link is None:
+        link = ctx.dashboard_link(view, key)
+    if link is not None:
+        annotations["dashboard"] = link
+    return annotations

@@ -16,7 +16,7 @@ Retries inside one ``send``: 429, 5xx and network errors, exponential backoff wi
 outbox, which schedules the next attempt no earlier than it asks).
 
 The Alertmanager notifier is different in kind: it is not told about transitions but handed, on
-every evaluation, the whole set of firing and recently resolved alerts (``snapshot`` configs,
+every evaluation, the whole set of firing and recently resolved alerts (snapshots,
 :func:`slo_rules.fanout.alertmanager_items`), the way Prometheus's rule manager pushes them.
 """
 
@@ -247,9 +247,6 @@ class AlertmanagerConfig:
     ca_file: str | None = None
 
     kind = "alertmanager"
-    # Each outbox item holds every alert Alertmanager should know now: a newer one replaces an
-    # undelivered older one (see slo_rules.outbox).
-    snapshot = True
 
     def __post_init__(self) -> None:
         if not self.name:

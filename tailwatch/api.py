@@ -36,7 +36,7 @@ import threading
 import zipfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,6 @@ log = logging.getLogger("tailwatch.service")
 
 # Run ids are what ``analytics.persist_analysis`` makes (uuid4 hex): nothing else reaches the disk.
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
-# Alert transitions are stamped with millisecond precision at the window's end (the evaluation).
-_ALERT_END_SLACK = timedelta(milliseconds=1)
 
 
 class _BadRequest(Exception):
@@ -406,18 +404,13 @@ class _RunPages:
 
     def _render(self, run_id: str) -> bool:
         from analytics import load_run
-        from dashboards import write_dashboards
-        from slo_rules import alert_history
+        from dashboards import alerts_in_window, write_dashboards
 
         analysis = load_run(self.api.store, run_id)
         if analysis is None:
             return False
-        try:
-            # Transitions stamped at the window's end (the evaluation that raised the alert) belong to it.
-            alerts = alert_history(self.api.store, analysis.start, analysis.end + _ALERT_END_SLACK)
-        except TailwatchError as exc:
-            log.warning("alert history unavailable for analysis run %s: %s", run_id, exc)
-            alerts = None
+        # Transitions stamped at the window's end (the evaluation that raised the alert) belong to it.
+        alerts, _ = alerts_in_window(self.api.store, analysis.start, analysis.end)
         self.root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".render-", dir=self.root))
         try:

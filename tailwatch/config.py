@@ -591,16 +591,14 @@ class TailwatchConfig(_Section):
             native_insert=self.ingest.native_insert,
         )
 
-    def dashboard_url(self) -> str | None:
-        """Base URL of ``/dashboards`` for links in alerts."""
-        if self.dashboards.public_url:
-            return self.dashboards.public_url.rstrip("/")
+    def api_url(self) -> str | None:
+        """The service's base URL as configured (``http://host:port``), before it listens."""
         if self.receiver.otlp_http is None:
             return None
         host, _, port = self.receiver.otlp_http.rpartition(":")
         if port == "0":
             return None  # ephemeral port: the service fills it in once listening
-        return f"http://{host}:{port}/dashboards"
+        return f"http://{host}:{port}"
 
     def check_environment(self, environ: Mapping[str, str] | None = None) -> None:
         """Every variable a notifier needs is set; else :class:`ConfigError` naming the key.

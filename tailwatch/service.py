@@ -660,7 +660,7 @@ def default_jobs(
     analyze = _Analyze(scheduled)
 
     def configured_url() -> str | None:
-        return dashboards_base_url(config, config.dashboard_url())
+        return dashboards_base_url(config, config.api_url())
 
     funcs: dict[JobName, JobFunc] = {
         "rollup": _rollup,

@@ -143,7 +143,6 @@ def test_only_the_wiring_reads_tailwatch_settings_from_the_environment() -> None
         f"{path.relative_to(ROOT)}"
         for package in FLOORS[:-1]
         for path in (ROOT / package).rglob("*.py")
-        if "os.environ" in path.read_text(encoding="utf-8")
-        and '"TAILWATCH_' in path.read_text(encoding="utf-8")
+        if "os.environ" in (text := path.read_text(encoding="utf-8")) and '"TAILWATCH_' in text
     ]
     assert not readers, f"stages reading TAILWATCH_* variables: {readers}"

@@ -13,7 +13,7 @@ from analytics import Analysis
 from slo_rules.annotate import attribution_annotations
 from slo_rules.links import trace_links
 from slo_rules.rules import AnyRule
-from slo_rules.source import DataSource
+from slo_rules.source import DataSource, WindowKey
 from storage import as_utc
 
 __all__ = ["Candidate", "Context", "alert_labels", "finish", "instant"]
@@ -38,8 +38,6 @@ class Candidate:
     rank: int = 0
     long_window: timedelta | None = None
 
-
-WindowKey = tuple[datetime, datetime, datetime | None, datetime | None]
 
 # What ``Context.dashboard`` hands a rule kind, and what the explained annotations carry until the
 # engine has decided which analysis run the link opens (slo_rules.engine); never stored or sent.

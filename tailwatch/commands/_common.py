@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
 from storage import as_utc, parse_duration, parse_time
-from tailwatch.config import STORE_ENV, TailwatchConfig, load_config
+from tailwatch.config import CONFIG_ENV, DEFAULT_CONFIG_FILE, STORE_ENV, TailwatchConfig, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -25,6 +26,15 @@ def store_option(func: F) -> F:
         help="chdb:///abs/path or http(s)://user:password@host:port/db "
         f"[env {STORE_ENV}; default chdb://$PWD/.tailwatch/store]",
     )(func)
+
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=CONFIG_ENV,
+    help=f"TOML config file [env {CONFIG_ENV}; default ./{DEFAULT_CONFIG_FILE} when present].",
+)
 
 
 def command_config(store_dsn: str | None = None, **overrides: Any) -> TailwatchConfig:

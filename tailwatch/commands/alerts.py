@@ -44,16 +44,17 @@ def _notifiers(webhook: str | None, alertmanagers: tuple[str, ...] = ()) -> list
         secret_env = WEBHOOK_SECRET_ENV if os.environ.get(WEBHOOK_SECRET_ENV) else None
         out.append(WebhookConfig(url=webhook, secret_env=secret_env, name="webhook"))
     # Named after host:port, so `evaluate` and a later `deliver` agree on which rows are whose.
-    urls = [u for value in alertmanagers for u in value.replace(",", " ").split()]
-    out += [AlertmanagerConfig(url=u) for u in dict.fromkeys(urls)]
+    out += [AlertmanagerConfig(url=u) for u in dict.fromkeys(alertmanagers)]
     return out
 
 
 def _alertmanager_url(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    for url in (u for v in value for u in v.replace(",", " ").split()):
+    """The URLs, one each: an option repeated, or the variable's comma-separated list."""
+    urls = tuple(u for v in value for u in v.replace(",", " ").split())
+    for url in urls:
         if not url.startswith(("http://", "https://")):
             raise click.BadParameter(f"expected an http:// or https:// URL, got {url!r}", ctx, param)
-    return value
+    return urls
 
 
 def _alertmanager_option(func: Any) -> Any:
@@ -99,25 +100,13 @@ def _ahead(delta: timedelta) -> str:
     return f"{minutes:.0f} min" if minutes < 120 else f"{minutes / 60:.1f} h"
 
 
-_OPTION_NAMES = {
-    "at": "--at",
-    "rule_files": "--rules",
-    "webhook": "--webhook",
-    "alertmanagers": "--alertmanager",
-    "dashboard_url": "--dashboard-url",
-    "trace_url": "--trace-url",
-    "interval": "--interval",
-}
-
-
 def _refuse_options(ctx: click.Context, service: RemoteService, does: str, params: tuple[str, ...]) -> None:
     """Options given on the command line that the running service cannot honour: one line naming them.
 
     A value from the environment is not refused: the service reads the same variables itself."""
+    spelled = {p.name: p.opts[0] for p in ctx.command.params}
     given = [
-        _OPTION_NAMES[p]
-        for p in params
-        if ctx.get_parameter_source(p) is click.core.ParameterSource.COMMANDLINE
+        spelled[p] for p in params if ctx.get_parameter_source(p) is click.core.ParameterSource.COMMANDLINE
     ]
     if given:
         service.close()
@@ -241,8 +230,6 @@ def evaluate_command(
 
     Exits 1 when a rule could not be evaluated (its alerts keep their state).
     """
-    if interval <= timedelta(0):
-        raise click.BadParameter("must be positive", param_hint="--interval")
     now = utc_now()
     if at is not None and at - now > MAX_FUTURE_AT and not force:
         raise TailwatchError(

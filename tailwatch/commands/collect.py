@@ -16,10 +16,6 @@ from tailwatch.config import SPOOL_DIR_ENV
 from tailwatch.remote import find_service
 
 
-def _address(value: str) -> str | None:
-    return None if value.strip().lower() in ("off", "none", "") else value.strip()
-
-
 @click.command()
 @store_option
 @click.option(

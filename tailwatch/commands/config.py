@@ -9,15 +9,8 @@ import click
 
 from slo_rules import DEFAULT_RULES_PATH, check_rule_files
 from storage import TailwatchError, parse_dsn
-from tailwatch.config import CONFIG_ENV, DEFAULT_CONFIG_FILE, example_config, load_config, render_config
-
-_CONFIG_OPTION = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar=CONFIG_ENV,
-    help=f"TOML config file [env {CONFIG_ENV}; default ./{DEFAULT_CONFIG_FILE} when present].",
-)
+from tailwatch.commands._common import config_option
+from tailwatch.config import DEFAULT_CONFIG_FILE, example_config, load_config, render_config
 
 
 @click.group("config")
@@ -26,7 +19,7 @@ def config() -> None:
 
 
 @config.command("show")
-@_CONFIG_OPTION
+@config_option
 def show(config_path: Path | None) -> None:
     """Print the configuration `tailwatch serve` would run with (file + TAILWATCH_* env), secrets masked.
 
@@ -36,7 +29,7 @@ def show(config_path: Path | None) -> None:
 
 
 @config.command("check")
-@_CONFIG_OPTION
+@config_option
 def check(config_path: Path | None) -> None:
     """Pre-flight check: everything `tailwatch serve` validates before it starts, without starting.
 

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from tailwatch.commands._common import ISO_TIME, command_config, store_option
 from tailwatch.remote import RemoteService, store_or_service
-
-if TYPE_CHECKING:
-    pass
 
 
 @click.group()

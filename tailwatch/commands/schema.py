@@ -97,11 +97,7 @@ def _set_ttl(store: Store, cluster: str | None, ttl_days: int) -> list[str]:
     lines = []
     for table, column in TTL_COLUMNS:
         local = ctx.local(table)
-        exists = store.query_value(
-            "SELECT count() FROM system.tables WHERE database = {db:String} AND name = {t:String}",
-            {"db": store.database, "t": local},
-        )
-        if not exists:
+        if not store.table_exists(local):
             continue
         ttl = f"toDateTime({column}) + toIntervalDay({int(ttl_days)})"
         store.command(f"ALTER TABLE {ctx.name(local)}{ctx.on_cluster} MODIFY TTL {ttl}")

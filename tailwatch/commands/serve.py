@@ -12,8 +12,8 @@ from types import FrameType
 
 import click
 
-from tailwatch.commands._common import store_option
-from tailwatch.config import CONFIG_ENV, load_config, resolve_overrides
+from tailwatch.commands._common import config_option, store_option
+from tailwatch.config import STORE_ENV, load_config, resolve_overrides
 from tailwatch.logs import setup_logging
 
 log = logging.getLogger("tailwatch.serve")
@@ -21,13 +21,7 @@ log = logging.getLogger("tailwatch.serve")
 
 @click.command()
 @store_option
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar=CONFIG_ENV,
-    help=f"TOML config file [env {CONFIG_ENV}; default ./tailwatch.toml when present].",
-)
+@config_option
 @click.option(
     "--otlp-http", metavar="HOST:PORT", help="OTLP/HTTP + API listen address, or off [127.0.0.1:4318]."
 )
@@ -60,7 +54,7 @@ def serve(
 
     # store_option folds TAILWATCH_STORE into --store; only a real command-line value may
     # override the file, so the environment layer is left to load_config.
-    store_arg = store_dsn if store_dsn and store_dsn != os.environ.get("TAILWATCH_STORE") else None
+    store_arg = store_dsn if store_dsn and store_dsn != os.environ.get(STORE_ENV) else None
     config = load_config(
         config_path,
         overrides=resolve_overrides(

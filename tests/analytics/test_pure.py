@@ -182,6 +182,7 @@ def test_cold_path_on_a_tiny_frame() -> None:
     raw = pl.DataFrame(
         {
             "queue": ["q", "q", "q", "q"],
+            "trace_key": [1, 2, 3, 4],
             "enqueued_ns": [0, 10 * s, 20 * s, 30 * s],
             "started_ns": [1 * s, 12 * s, 21 * s, None],
             "ended_ns": [3 * s, 13 * s, 221 * s, None],
@@ -211,7 +212,9 @@ def test_jobs_from_spans_joins_producers_and_consumers_and_ignores_duplicates() 
         (2, 4, "batch", 20 * s, 26 * s),  # a standalone cold root
     ]
     spans = pl.DataFrame(rows, schema=["role", "job_key", "queue", "start_ns", "end_ns"], orient="row")
-    spans = spans.with_columns(pl.lit(0, pl.UInt64).alias("message_key"), pl.lit(False).alias("failed"))
+    spans = spans.with_columns(
+        pl.lit(0, pl.UInt64).alias("message_key"), pl.lit(False).alias("failed"), pl.lit(0).alias("trace_key")
+    )
     jobs = jobs_from_raw(jobs_from_spans(spans)).sort("enqueued")
     assert jobs["queue"].to_list() == ["q", "q", "batch"]
     assert jobs["queue_wait_s"].to_list() == [2.0, None, 0.0]
@@ -234,7 +237,7 @@ def test_a_retried_task_is_one_job_ready_when_a_run_succeeds() -> None:
         (1, 3, "", 1 * s, 3 * s, 0, True),  # … that only failed: over when its run ended
     ]
     schema = ["role", "job_key", "queue", "start_ns", "end_ns", "message_key", "failed"]
-    spans = pl.DataFrame(rows, schema=schema, orient="row")
+    spans = pl.DataFrame(rows, schema=schema, orient="row").with_columns(pl.lit(0).alias("trace_key"))
     jobs = jobs_from_raw(jobs_from_spans(spans)).sort("enqueue_to_ready_s")
     assert jobs.select("queue", "enqueue_to_ready_s", "queue_wait_s", "runs").rows() == [
         ("celery", 3.0, 1.0, 1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -162,17 +162,6 @@ def _analysis(**rows: list[dict[str, Any]]) -> Analysis:
         {**window, "baseline_start": END - timedelta(days=2), "baseline_end": window["start"]}, {}
     )
     return replace(empty, **{name: pl.DataFrame(r, schema=FRAME_SCHEMAS[name]) for name, r in rows.items()})
-
-
-def _with_frames(analysis: Analysis, **frames: pl.DataFrame) -> Analysis:
-    """``analysis`` with these frames, including frames of the boundary report that this version of
-    the analytics may not have yet (the demo reads them by name)."""
-    known = {f.name for f in fields(Analysis)}
-    out = replace(analysis, **{k: v for k, v in frames.items() if k in known})
-    for name, frame in frames.items():
-        if name not in known:
-            object.__setattr__(out, name, frame)
-    return out
 
 
 def _scenario(name: Scenario) -> dict[str, str]:
@@ -349,8 +338,9 @@ def test_release_evidence_names_the_boundary_recommendation(tmp_path: Path) -> N
         "reasons": ["p99 3.9 s is over the 2.0 s budget", "without its sync LLM calls p99 would be 182 ms"],
     }
     other = {**row, "operation": "POST /other", "recommendation": "keep"}
-    schema = FRAME_SCHEMAS.get("boundary")
-    analysis = _with_frames(_analysis(releases=releases), boundary=pl.DataFrame([other, row], schema=schema))
+    analysis = replace(
+        _analysis(releases=releases), boundary=pl.DataFrame([other, row], schema=FRAME_SCHEMAS["boundary"])
+    )
     outcomes, _ = match_alerts(
         alerts, ("release_coupling",), {"coupling": "release_coupling"}, tmp_path, analysis
     )
@@ -360,14 +350,6 @@ def test_release_evidence_names_the_boundary_recommendation(tmp_path: Path) -> N
         "move_off_hot_path: p99 3.9 s, budget 2.0 s, 182 ms without sync LLM"
     )
     assert o.ok
-    # An analysis without the frame says so; the release check itself still holds.
-    bare = _analysis(releases=releases)
-    if "boundary" not in FRAME_SCHEMAS:
-        outcomes, _ = match_alerts(
-            alerts, ("release_coupling",), {"coupling": "release_coupling"}, tmp_path, bare
-        )
-        o = next(o for o in outcomes if o.scenario == "release_coupling")
-        assert o.evidence.endswith("; analysis has no boundary yet") and o.ok
 
 
 def _slice(
@@ -395,8 +377,7 @@ def _slice(
 def test_migration_is_scored_from_the_slices_frame(tmp_path: Path) -> None:
     # No alert is expected on the migrated operation: the slices are the evidence.
     def run(*rows: dict[str, Any], alerts: tuple[dict[str, Any], ...] = ()) -> ScenarioOutcome:
-        schema = FRAME_SCHEMAS.get("slices")
-        analysis = _with_frames(_analysis(), slices=pl.DataFrame(list(rows), schema=schema))
+        analysis = _analysis(slices=list(rows))
         outcomes, _ = match_alerts(
             list(alerts), ("hot_cold_migration",), {"p99": "p99_regression"}, tmp_path, analysis
         )
@@ -423,12 +404,8 @@ def test_migration_is_scored_from_the_slices_frame(tmp_path: Path) -> None:
 
 
 def test_migration_without_a_slices_frame_is_not_scored(tmp_path: Path) -> None:
-    analysis = _analysis()
-    if "slices" in FRAME_SCHEMAS:
-        analysis = _with_frames(analysis, slices=pl.DataFrame(schema={"service": pl.String}))
-        expected = "slices frame lacks operation, flag, variant, requests, p99_ms, cold_p99_s"
-    else:
-        expected = "analysis has no slices yet"
+    analysis = replace(_analysis(), slices=pl.DataFrame(schema={"service": pl.String}))
+    expected = "slices frame lacks operation, flag, variant, requests, p99_ms, cold_p99_s"
     outcomes, _ = match_alerts([], ("hot_cold_migration",), {}, tmp_path, analysis)
     o = next(o for o in outcomes if o.scenario == "hot_cold_migration")
     assert o.evidence == expected and not o.scored and not o.caught
@@ -484,11 +461,9 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
         assert row["enabled"] and row["ok"], row
         if info.alert_kind is None:
             # The migration: no alert on the operation; the slices show the split and the faster
-            # async variant (once the analysis has slices).
+            # async variant.
             assert row["alerts"] == []
-            assert row["caught"] or (not row["scored"] and row["evidence"] == "analysis has no slices yet"), (
-                row
-            )
+            assert row["caught"], row
             continue
         assert row["caught"], row
         matching = [
@@ -509,7 +484,7 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     )
     assert by["release_coupling"]["kind"] == "release_coupling"
     boundary_note = by["release_coupling"]["evidence"].split("; ", 1)[1]
-    assert boundary_note.startswith("move_off_hot_path:") or boundary_note == "analysis has no boundary yet"
+    assert boundary_note.startswith("move_off_hot_path:")
     assert by["retry_storm"]["kind"] == "retry_amplification"
     views = {Path(p).name for p in summary["dashboards"]}
     assert {"index.html", "attribution.html", "hot_path.html", "retries.html"} <= views
