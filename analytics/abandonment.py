@@ -5,6 +5,12 @@ the bucket before it, among buckets with at least ``cliff_min_requests`` request
 least ``cliff_min_jump``.
 
 Input is the per-request frame of :mod:`analytics.hot_path`; everything here is pure.
+
+In sampled data (a request ``weight`` other than 1) counts are sums of weights (rounded), rates are
+weighted shares, and the Wilson interval is taken at Kish's effective sample size (Σw)²/Σw², not at
+the weighted count, which would claim ten times the evidence a 1-in-10 sample holds. A bucket takes
+part in the cliff by its stored requests (``sampled_requests``): a handful of spans scaled up is still
+a handful.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import polars as pl
 
 from analytics._common import empty
 from analytics.conventions import Conventions
+from analytics.hot_path import is_weighted, request_stats
 from analytics.stats import percentile_exprs, wilson_interval
 
 __all__ = ["ABANDONMENT_SCHEMA", "ABANDONMENT_SUMMARY_SCHEMA", "abandonment", "abandonment_summary", "cliff"]
@@ -29,6 +36,7 @@ ABANDONMENT_SCHEMA: dict[str, Any] = {
     "rate": pl.Float64,
     "rate_low": pl.Float64,
     "rate_high": pl.Float64,
+    "sampled_requests": pl.Int64,  # stored requests: = requests unless the data is sampled
 }
 
 ABANDONMENT_SUMMARY_SCHEMA: dict[str, Any] = {
@@ -48,24 +56,43 @@ def abandonment(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
     if current.is_empty():
         return empty(ABANDONMENT_SCHEMA)
     width = conventions.bucket_ms
-    buckets = (
-        current.with_columns((pl.col("duration_ms") // width).cast(pl.Int64).alias("bucket"))
-        .group_by("service", "operation", "bucket")
-        .agg(
+    bucketed = current.with_columns((pl.col("duration_ms") // width).cast(pl.Int64).alias("bucket"))
+    keys = ("service", "operation", "bucket")
+    if is_weighted(current):
+        w = pl.col("weight").fill_null(1.0)
+        weighted = bucketed.group_by(*keys).agg(
+            w.sum().alias("_w"),
+            w.filter(pl.col("abandoned")).sum().alias("_a"),
+            (w * w).sum().alias("_w2"),
+            pl.len().cast(pl.Int64).alias("sampled_requests"),
+        )
+        buckets = weighted.with_columns(
+            pl.col("_w").round().cast(pl.Int64).alias("requests"),
+            pl.col("_a").round().cast(pl.Int64).alias("abandoned"),
+            (pl.col("_a") / pl.col("_w")).alias("rate"),
+            (pl.col("_w") ** 2 / pl.col("_w2")).alias("_n_eff"),
+        )
+        # Wilson at the effective sample size: the interval of a weighted share.
+        intervals = [
+            wilson_interval(rate * n_eff, n_eff)
+            for rate, n_eff in zip(buckets["rate"], buckets["_n_eff"], strict=True)
+        ]
+    else:
+        buckets = bucketed.group_by(*keys).agg(
             pl.len().cast(pl.Int64).alias("requests"),
             pl.col("abandoned").sum().cast(pl.Int64).alias("abandoned"),
         )
-        .with_columns(
-            (pl.col("bucket") * width).alias("lo_ms"),
-            ((pl.col("bucket") + 1) * width).alias("hi_ms"),
+        buckets = buckets.with_columns(
             (pl.col("abandoned") / pl.col("requests")).alias("rate"),
+            pl.col("requests").alias("sampled_requests"),
         )
-    )
-    intervals = [
-        wilson_interval(a, n) for a, n in zip(buckets["abandoned"], buckets["requests"], strict=True)
-    ]
+        intervals = [
+            wilson_interval(a, n) for a, n in zip(buckets["abandoned"], buckets["requests"], strict=True)
+        ]
     return (
         buckets.with_columns(
+            (pl.col("bucket") * width).alias("lo_ms"),
+            ((pl.col("bucket") + 1) * width).alias("hi_ms"),
             pl.Series("rate_low", [lo for lo, _ in intervals], dtype=pl.Float64),
             pl.Series("rate_high", [hi for _, hi in intervals], dtype=pl.Float64),
         )
@@ -75,8 +102,15 @@ def abandonment(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
 
 
 def cliff(buckets: pl.DataFrame, conventions: Conventions) -> int | None:
-    """The cliff of one operation's buckets (sorted by ``lo_ms``), or ``None``."""
-    eligible = buckets.filter(pl.col("requests") >= conventions.cliff_min_requests).sort("lo_ms")
+    """The cliff of one operation's buckets (sorted by ``lo_ms``), or ``None``. A bucket's support
+    is its stored requests (``sampled_requests``, when the buckets carry it), so sampled data needs
+    as many spans in a bucket as unsampled data does."""
+    support = (
+        pl.col("sampled_requests").fill_null(pl.col("requests"))
+        if "sampled_requests" in buckets.columns
+        else pl.col("requests")
+    )
+    eligible = buckets.filter(support >= conventions.cliff_min_requests).sort("lo_ms")
     if eligible.height < 2:
         return None
     jumps = eligible.with_columns((pl.col("rate") - pl.col("rate").shift(1)).alias("jump")).drop_nulls("jump")
@@ -93,11 +127,29 @@ def abandonment_summary(
     current = requests.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(ABANDONMENT_SUMMARY_SCHEMA)
-    totals = current.group_by("service", "operation").agg(
-        pl.len().cast(pl.Int64).alias("requests"),
-        pl.col("abandoned").sum().cast(pl.Int64).alias("abandoned"),
-        *percentile_exprs("duration_ms", {"p99_ms": 0.99}),
-    )
+    if is_weighted(current):
+        w = pl.col("weight").fill_null(1.0)
+        totals = (
+            current.group_by("service", "operation")
+            .agg(w.filter(pl.col("abandoned")).sum().alias("_a"), w.sum().alias("_w"))
+            .join(
+                request_stats(current, ["service", "operation"], {"p99_ms": 0.99}, 0).select(
+                    "service", "operation", "requests", "p99_ms"
+                ),
+                on=["service", "operation"],
+            )
+            .with_columns(
+                pl.col("_a").round().cast(pl.Int64).alias("abandoned"),
+                (pl.col("_a") / pl.col("_w")).alias("rate"),
+            )
+        )
+    else:
+        totals = current.group_by("service", "operation").agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            pl.col("abandoned").sum().cast(pl.Int64).alias("abandoned"),
+            *percentile_exprs("duration_ms", {"p99_ms": 0.99}),
+        )
+        totals = totals.with_columns((pl.col("abandoned") / pl.col("requests")).alias("rate"))
     cliffs = [
         {"service": str(s), "operation": str(o), "cliff_ms": cliff(group, conventions)}
         for (s, o), group in buckets.group_by("service", "operation", maintain_order=True)
@@ -113,7 +165,6 @@ def abandonment_summary(
     )
     return (
         totals.join(cliff_frame, on=["service", "operation"], how="left")
-        .with_columns((pl.col("abandoned") / pl.col("requests")).alias("rate"))
         .sort("service", "operation")
         .select(list(ABANDONMENT_SUMMARY_SCHEMA))
     )

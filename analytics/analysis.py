@@ -128,6 +128,9 @@ BOUNDARY_KEYS = [
     "requests_over_budget_without_sync_llm",
     "recommendation",
     "reasons",
+    "sampled_requests",
+    "effective_sample_size",
+    "p99_warning",
 ]
 SLICE_VARIANT_KEYS = [
     "variant",
@@ -157,8 +160,10 @@ def _num(value: Any) -> Any:
 
 
 def _records(frame: pl.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
+    # A frame built before a column existed (a hand-made or older one) reports it as null.
+    missing = [pl.lit(None).alias(c) for c in columns if c not in frame.columns]
     out = []
-    for row in frame.select(columns).iter_rows(named=True):
+    for row in frame.with_columns(missing).select(columns).iter_rows(named=True):
         out.append({k: _iso(v) if isinstance(v, datetime) else _num(v) for k, v in row.items()})
     return out
 
@@ -468,8 +473,10 @@ def analyze(
         del rows
 
         # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
-        hot = long_window_hot_path(store, windows, conv, requests, hot_path_summary(requests))
-        hot_series = hot_path_series(requests, every)
+        hot = long_window_hot_path(
+            store, windows, conv, requests, hot_path_summary(requests, conv.min_sampled_tail)
+        )
+        hot_series = hot_path_series(requests, every, conv.min_sampled_tail)
 
         # The trace walks take the few attributes they need from the LLM-span read.
         trace_spans = with_span_attributes(trace_rows, llm_spans, attempts)

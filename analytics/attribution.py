@@ -155,7 +155,8 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
     threshold = pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear")
     return (
         requests.filter(pl.col("duration_ms") >= threshold.over("service", "operation", "window"))
-        .sort("duration_ms", descending=True)
+        # Ties broken by trace: the chosen traces must not depend on the order the store returned rows.
+        .sort(["duration_ms", "trace_key"], descending=[True, False])
         .group_by("service", "operation", "window", maintain_order=True)
         .head(conventions.max_tail_traces)
         .select(cols)
@@ -350,7 +351,7 @@ def attribute(
     )
     exemplars = (
         tails.filter(pl.col("window") == "current")
-        .sort("duration_ms", descending=True)
+        .sort(["duration_ms", "trace_key"], descending=[True, False])
         .group_by(*_KEYS, maintain_order=True)
         .agg(pl.col("trace_id").head(conventions.exemplars).alias("exemplar_trace_ids"))
     )

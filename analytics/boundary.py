@@ -13,6 +13,10 @@ against it, and what to do about it (Polars and numpy, pure).
   requests of rate(bucket(latency)) − rate(bucket(counterfactual latency)), per day.
 * **Recommendation** — ``keep`` (p99 < budget), ``move_off_hot_path`` (p99 ≥ budget, counterfactual
   p99 < budget), ``optimise_internal`` (both ≥ budget), with the numbers behind it as sentences.
+* **Sampled data** — each request counts as its ``weight`` (the requests its root stands for):
+  counts over budget and abandoned requests saved are sums of weights, p99s those of the weighted
+  population (:func:`analytics.hot_path.weighted_quantiles`); beside them the stored requests, the
+  effective sample size and the warning of :data:`analytics.hot_path.HOT_PATH_SCHEMA`.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import polars as pl
 
 from analytics._common import empty
 from analytics.conventions import Conventions
+from analytics.hot_path import weighted_quantiles
 
 __all__ = [
     "BOUNDARY_RELEASES_SCHEMA",
@@ -57,6 +62,11 @@ BOUNDARY_SCHEMA: dict[str, Any] = {
     "abandoned_saved_per_day": pl.Float64,  # null without an abandonment curve
     "recommendation": pl.String,  # Recommendation, null without a budget
     "reasons": pl.List(pl.String),
+    # The sample behind the p99s (as in the hot_path frame): stored requests, Kish's effective
+    # sample size, and whether the p99 of sampled data rests on fewer than min_sampled_tail of them.
+    "sampled_requests": pl.Int64,
+    "effective_sample_size": pl.Float64,
+    "p99_warning": pl.Boolean,
 }
 
 BOUNDARY_RELEASES_SCHEMA: dict[str, Any] = {
@@ -80,6 +90,7 @@ COUNTERFACTUAL_SCHEMA: dict[str, Any] = {
     "sync_llm_calls": pl.Int64,
     "sync_llm_ms": pl.Float64,  # time the synchronous LLM calls hold within the request
     "without_sync_llm_ms": pl.Float64,
+    "weight": pl.Float64,  # requests the root stands for: 1.0 unless sampled
 }
 
 _NONE = np.iinfo(np.int64).min
@@ -159,6 +170,7 @@ def counterfactual(
         "abandoned",
         "sync_llm_calls",
         pl.Series("sync_llm_ms", union / 1e6, dtype=pl.Float64),
+        (pl.col("weight").fill_null(1.0) if "weight" in current.columns else pl.lit(1.0)).alias("weight"),
     )
     return with_critical_path(frame, walked, conventions)
 
@@ -205,8 +217,44 @@ def budget_for(
     return None, None
 
 
-def _p99(values: np.ndarray) -> float:
-    return float(np.quantile(values, 0.99, method="linear"))
+def _p99(values: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Type-7 p99; of the weighted population when ``weights`` (not all 1) are given."""
+    if weights is None:
+        return float(np.quantile(values, 0.99, method="linear"))
+    order = np.argsort(values, kind="stable")
+    bounds = np.array([0, values.size])
+    return float(weighted_quantiles(values[order], weights[order], bounds, [0.99])[0, 0])
+
+
+def _weights(group: pl.DataFrame) -> np.ndarray | None:
+    """The group's request weights, or ``None`` when every request stands for itself."""
+    if "weight" not in group.columns:
+        return None
+    weights = group["weight"].fill_null(1.0).to_numpy()
+    return None if bool((weights == 1.0).all()) else weights
+
+
+def _count_over(values: np.ndarray, budget: float, weights: np.ndarray | None) -> int:
+    """Requests at or over the budget: stored ones, or the weighted count (rounded) when sampled."""
+    over = values >= budget
+    return int(over.sum()) if weights is None else round(float(weights[over].sum()))
+
+
+def _version_p99s(group: pl.DataFrame, weighted: bool) -> pl.DataFrame:
+    """Per version of one operation: requests and p99 (weighted when ``weighted``)."""
+    if not weighted:
+        return group.group_by("version").agg(
+            pl.len().alias("requests"), pl.col("duration_ms").quantile(0.99, interpolation="linear")
+        )
+    rows = []
+    for (version,), part in group.group_by("version"):
+        weights = part["weight"].fill_null(1.0).to_numpy()
+        rows.append((version, round(float(weights.sum())), _p99(part["duration_ms"].to_numpy(), weights)))
+    return pl.DataFrame(
+        rows,
+        schema={"version": group.schema["version"], "requests": pl.Int64, "duration_ms": pl.Float64},
+        orient="row",
+    )
 
 
 def _ms(value: float) -> str:
@@ -222,7 +270,12 @@ def _calls(value: float) -> str:
 
 
 def _saved_per_day(
-    latency: np.ndarray, without: np.ndarray, curve: pl.DataFrame, bucket_ms: int, per_day: float
+    latency: np.ndarray,
+    without: np.ndarray,
+    curve: pl.DataFrame,
+    bucket_ms: int,
+    per_day: float,
+    weights: np.ndarray | None = None,
 ) -> float | None:
     """Expected abandoned requests a day saved, from the operation's curve (``lo_ms``, ``rate``,
     ``abandoned``); ``None`` when nobody abandoned (no curve to read). A bucket the counterfactual
@@ -239,7 +292,8 @@ def _saved_per_day(
         at = np.clip(np.searchsorted(index, buckets, side="right") - 1, 0, index.size - 1)
         return rates[at]
 
-    return float((rate(latency) - rate(without)).sum()) * per_day
+    saved = rate(latency) - rate(without)
+    return float((saved if weights is None else saved * weights).sum()) * per_day
 
 
 def boundary(
@@ -279,19 +333,26 @@ def boundary(
         service, operation = str(service), str(operation)
         latency = group["duration_ms"].to_numpy()
         without = group["without_sync_llm_ms"].to_numpy()
+        # None when unsampled: the exact unweighted code path, unchanged.
+        weights = _weights(group)
+        total = float(latency.size) if weights is None else float(weights.sum())
         budget, source = budget_for(service, operation, cliffs.get((service, operation)), conventions)
-        p99, p99_without = _p99(latency), _p99(without)
-        calls = float(group["sync_llm_calls"].cast(pl.Float64).to_numpy().mean())
+        p99, p99_without = _p99(latency, weights), _p99(without, weights)
+        per_request = group["sync_llm_calls"].cast(pl.Float64).to_numpy()
+        calls = float(per_request.mean() if weights is None else (per_request * weights).sum() / total)
         curve = curves.get((service, operation), no_curve)
-        saved = _saved_per_day(latency, without, curve, conventions.bucket_ms, per_day)
+        saved = _saved_per_day(latency, without, curve, conventions.bucket_ms, per_day, weights)
+        tail_samples = int((latency >= p99).sum())
+        n_eff = float(latency.size) if weights is None else total**2 / float((weights**2).sum())
+        warning = weights is not None and tail_samples < conventions.min_sampled_tail
         over = over_without = None
         recommendation: Recommendation | None = None
         reasons: list[str] = []
         if budget is None:
             reasons.append("no latency budget: none configured and the abandonment curve has no cliff")
         else:
-            over = int((latency >= budget).sum())
-            over_without = int((without >= budget).sum())
+            over = _count_over(latency, budget, weights)
+            over_without = _count_over(without, budget, weights)
             if p99 < budget:
                 recommendation = "keep"
             elif p99_without < budget:
@@ -300,7 +361,7 @@ def boundary(
                 recommendation = "optimise_internal"
             reasons.append(f"p99 {_ms(p99)} {'≥' if p99 >= budget else '<'} budget {_ms(budget)} ({source})")
             reasons.append(
-                f"{over:,} of {latency.size:,} requests ({over / latency.size:.1%}) at or over budget: "
+                f"{over:,} of {round(total):,} requests ({over / total:.1%}) at or over budget: "
                 f"{over * per_day:,.0f} a day"
             )
         if calls > 0:
@@ -317,9 +378,13 @@ def boundary(
             reasons.append("no synchronous model call on this path: its time is internal work")
         if saved is not None and calls > 0:
             reasons.append(f"≈ {_count(saved)} abandoned requests a day saved without them (curve)")
-        versions = group.group_by("version").agg(
-            pl.len().alias("requests"), pl.col("duration_ms").quantile(0.99, interpolation="linear")
-        )
+        if weights is not None:
+            reasons.append(
+                f"sampled: {latency.size:,} stored requests stand for {round(total):,} "
+                f"(effective sample size {n_eff:,.0f}); {tail_samples:,} of them at or above the p99"
+                + (f", fewer than {conventions.min_sampled_tail}: the p99 is rough" if warning else "")
+            )
+        versions = _version_p99s(group, weights is not None)
         shares: list[tuple[Any, str, float | None]] = []
         for version, count, p99_version in versions.iter_rows():
             at = released.get((service, operation, version))
@@ -346,7 +411,7 @@ def boundary(
             {
                 "service": service,
                 "operation": operation,
-                "requests": int(latency.size),
+                "requests": int(latency.size) if weights is None else round(total),
                 "p99_ms": p99,
                 "budget_ms": budget,
                 "budget_source": source,
@@ -358,6 +423,9 @@ def boundary(
                 "abandoned_saved_per_day": saved,
                 "recommendation": recommendation,
                 "reasons": reasons,
+                "sampled_requests": int(latency.size),
+                "effective_sample_size": n_eff,
+                "p99_warning": warning,
             }
         )
     releases_frame = (

@@ -34,7 +34,7 @@ from analytics.conventions import (
     Conventions,
 )
 from analytics.stats import percentile_exprs
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store
 
 __all__ = [
@@ -165,7 +165,7 @@ UNION ALL
 def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
     """One row per job enqueued in [start, end) (:data:`JOBS_SCHEMA`)."""
     params = {**conventions.sql_parameters(), "s": windows.start, "e": windows.end}
-    frame = store.query_polars(jobs_sql(store.table(TRACES_TABLE)), params)
+    frame = store.query_polars(inspect_traces(store).adapt(jobs_sql(store.table(TRACES_TABLE))), params)
     return jobs_from_raw(jobs_from_spans(normalize(frame)))
 
 

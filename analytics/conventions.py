@@ -107,6 +107,9 @@ class Conventions:
     http_method_attributes: tuple[str, ...] = ("http.request.method", "http.method")
     abandon_status_codes: tuple[str, ...] = ("499",)
     abandon_attribute: str = "tailwatch.abandoned"
+    # Sampled data: a root span stands for this many requests when its attribute holds a 1-in-N rate
+    # above 1 (ClickStack/HyperDX); else 1/p of the OpenTelemetry threshold in TraceState (ot=th:…).
+    sample_rate_attribute: str = "SampleRate"
     throttle_status_codes: tuple[str, ...] = ("429",)
     error_type_attribute: str = "error.type"
     # Retry numbers of an HTTP attempt: the HTTP convention's resend count, and the OpenAI/Anthropic
@@ -195,6 +198,11 @@ class Conventions:
     rollup_min_window: timedelta = timedelta(days=7)
     rollup_significant_digits: int = 3
 
+    # --- sampled data (docs/analytics.md, "Sampled data") ---------------------------------
+    # A p99 of sampled requests is flagged (p99_warning) when fewer stored requests than this lie at
+    # or above it: the figure then rests on a handful of spans, each standing for many requests.
+    min_sampled_tail: int = 10
+
     def __post_init__(self) -> None:
         # Config files give the alias table as a TOML table or a list of pairs.
         aliases: Any = self.provider_aliases
@@ -217,6 +225,7 @@ class Conventions:
             "max_tail_traces",
             "series_buckets",
             "coupling_min_releases",
+            "min_sampled_tail",
         )
         for name in _positive:
             if getattr(self, name) <= 0:
@@ -309,6 +318,7 @@ class Conventions:
             "cv_http_method_attrs": list(self.http_method_attributes),
             "cv_abandon_codes": list(self.abandon_status_codes),
             "cv_abandon_attr": self.abandon_attribute,
+            "cv_sample_rate_attr": self.sample_rate_attribute,
             "cv_throttle_codes": list(self.throttle_status_codes),
             "cv_error_type_attr": self.error_type_attribute,
             "cv_resend_attrs": list(self.resend_attributes),
@@ -467,6 +477,24 @@ MESSAGE_ID = _span("cv_msg_id_attr")
 # A feature flag evaluated on a span, as its attributes (analytics.slices reads the events too).
 FLAG_KEY = _first("cv_flag_key_attrs")
 FLAG_VARIANT = _first("cv_flag_variant_attrs")
+# The weight of a root span: how many requests it stands for in sampled data. ClickStack's 1-in-N
+# rate attribute when above 1 (read as ClickStack materializes it: an unsigned integer, else 0), else
+# the inverse of the probability of OpenTelemetry's consistent sampling: TraceState's ot=th:<hex> is
+# a rejection threshold T of 1–14 hex digits, right-padded with zeros to 56 bits, p = (2^56 − T) / 2^56
+# (th:0 keeps everything). The digits padded to 16 make a big-endian UInt64 (unhex, reversed for
+# reinterpretAsUInt64) that is T shifted left by 8. A malformed threshold (no digits, more than 14)
+# is ignored, as the specification says. Unsampled spans weigh exactly 1.0.
+SAMPLE_RATE = f"toUInt64OrZero({_span('cv_sample_rate_attr')})"
+# The ot entry of a W3C tracestate list (members split by commas, optional blanks around them), then
+# its th sub-key among the ';'-separated ones. No braces or backslashes: the text is a SQL literal
+# inside a query with {name:Type} parameters.
+_TH_DIGITS = "extract(TraceState, '(?:^|,)[[:blank:]]*ot=(?:[^,;]*;)*th:([0-9a-f]+)(?:[;,[:blank:]]|$)')"
+_TWO_56 = "72057594037927936"
+_TH_THRESHOLD = f"bitShiftRight(reinterpretAsUInt64(reverse(unhex(rightPad({_TH_DIGITS}, 16, '0')))), 8)"
+WEIGHT = (
+    f"if({SAMPLE_RATE} > 1, toFloat64({SAMPLE_RATE}), "
+    f"if(length({_TH_DIGITS}) BETWEEN 1 AND 14, {_TWO_56} / toFloat64({_TWO_56} - {_TH_THRESHOLD}), 1.0))"
+)
 RUN_FAILED = f"({STATUS} = 'Error' OR {_span('cv_run_state_attr')} IN {{cv_failed_states:Array(String)}})"
 
 # Cheap necessary conditions, for PREWHERE: they read only the maps' key subcolumns (a key lookup

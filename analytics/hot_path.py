@@ -3,10 +3,18 @@
 A request is a trace with a hot-path root (service, operation, version, start, duration, abandoned;
 read by :func:`analytics.llm_spans.fetch_roots`) and counts its synchronous LLM calls (the LLM spans
 of :func:`analytics.llm_spans.fetch_llm_spans` on its request path). Both reads drop duplicate spans.
+
+In sampled data each request carries a ``weight``, the number of requests its root span stands for
+(:data:`analytics.conventions.WEIGHT`). Counts are sums of weights and percentiles are those of the
+population the weights describe (:func:`weighted_quantiles`); where every weight is 1 the exact
+percentiles of the unsampled code path are kept, so unsampled answers do not change. Beside each
+figure: the stored requests behind it, Kish's effective sample size and how many stored requests lie
+at or above the p99 (:func:`request_stats`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -15,12 +23,12 @@ import polars as pl
 
 from analytics._common import Windows, empty, first_of_each, normalize
 from analytics.ancestry import boundary_traces, without_queued_calls
-from analytics.conventions import IS_HOT_ROOT, Conventions
+from analytics.conventions import IS_HOT_ROOT, WEIGHT, Conventions
 from analytics.llm_calls import logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
-from analytics.stats import percentile_exprs
+from analytics.stats import INTERPOLATION, percentile_exprs
 from analytics.trace_spans import fetch_structure
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store
 
 __all__ = [
@@ -30,7 +38,10 @@ __all__ = [
     "fetch_requests",
     "hot_path_series",
     "hot_path_summary",
+    "is_weighted",
     "request_rows",
+    "request_stats",
+    "weighted_quantiles",
     "with_sync_llm_calls",
 ]
 
@@ -48,6 +59,7 @@ REQUESTS_SCHEMA: dict[str, Any] = {
     "start": pl.Datetime("ns", "UTC"),
     "duration_ms": pl.Float64,
     "abandoned": pl.Boolean,
+    "weight": pl.Float64,  # requests the root stands for: 1.0 unless sampled
     "sync_llm_calls": pl.Int64,
     "window": WINDOW,
 }
@@ -61,6 +73,14 @@ HOT_PATH_SCHEMA: dict[str, Any] = {
     "p99_ms": pl.Float64,
     "p999_ms": pl.Float64,
     "sync_llm_calls_per_request": pl.Float64,
+    # Behind the figures (docs/analytics.md, "Sampled data"): ``requests`` is the weighted count,
+    # these are the stored requests, Kish's effective sample size (Σw)²/Σw² (= the stored count when
+    # the weights are equal), the stored requests at or above the p99, and whether that p99 of
+    # sampled data rests on fewer than ``min_sampled_tail`` of them.
+    "sampled_requests": pl.Int64,
+    "effective_sample_size": pl.Float64,
+    "p99_tail_samples": pl.Int64,
+    "p99_warning": pl.Boolean,
 }
 
 HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
@@ -72,6 +92,7 @@ HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
     "p95_ms": pl.Float64,
     "p99_ms": pl.Float64,
     "sync_llm_calls_per_request": pl.Float64,
+    "sampled_requests": pl.Int64,
 }
 
 _QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99, "p999_ms": 0.999}
@@ -82,6 +103,8 @@ def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
     from the roots of :func:`analytics.llm_spans.fetch_roots` (one per trace); ``sync_llm_calls``
     comes from
     :func:`with_sync_llm_calls`. Pure."""
+    if "weight" not in roots.columns:
+        roots = roots.with_columns(pl.lit(1.0, pl.Float64).alias("weight"))
     start = pl.col("start").dt.epoch("ns")
     parts = [
         roots.filter((start >= pl.lit(lo).dt.epoch("ns")) & (start < pl.lit(hi).dt.epoch("ns"))).with_columns(
@@ -97,6 +120,93 @@ def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
         .with_columns(pl.lit(0, pl.Int64).alias("sync_llm_calls"))
         .select(list(REQUESTS_SCHEMA))
     )
+
+
+# --- weights (sampled data) ------------------------------------------------------------------
+
+
+def is_weighted(frame: pl.DataFrame) -> bool:
+    """Whether any request of ``frame`` stands for other than exactly one (a ``weight`` ≠ 1). Frames
+    without the column (hand-built ones, older callers) are unweighted. Pure."""
+    return "weight" in frame.columns and bool((frame["weight"].fill_null(1.0) != 1.0).any())
+
+
+def weighted_quantiles(
+    values: np.ndarray, weights: np.ndarray, bounds: np.ndarray, quantiles: Sequence[float]
+) -> np.ndarray:
+    """Per group, the type-7 quantiles of the population the weights describe: ``values`` sorted
+    within each group, groups contiguous, ``bounds`` their first rows plus the length at the end.
+    Result: one row per group, one column per quantile. Pure.
+
+    A request of weight w counts as w requests of its latency (a 1-in-10 sample's request as ten),
+    so with W the group's total weight, position h = (W − 1)·q of the expanded population is read
+    from the cumulative weights and interpolated linearly with the next position, as numpy's default
+    interpolates between ranks: with every weight 1 this is exactly the unweighted type 7. Weights
+    need not be integers (1/p of a sampling threshold). One cumulative sum over all groups and a
+    binary search per group and quantile, instead of a window function over many small groups.
+    """
+    cum = np.cumsum(weights, dtype=np.float64)
+    first, end = bounds[:-1], bounds[1:]
+    before = np.where(first > 0, cum[np.maximum(first - 1, 0)], 0.0)
+    total = cum[end - 1] - before
+    out = np.empty((first.size, len(quantiles)), dtype=np.float64)
+    for j, q in enumerate(quantiles):
+        h = np.maximum((total - 1.0) * q, 0.0)
+        lo = np.floor(h)
+        # The row holding expanded position k is the first whose cumulative weight exceeds k.
+        i_lo = np.clip(np.searchsorted(cum, before + lo, side="right"), first, end - 1)
+        i_hi = np.clip(np.searchsorted(cum, before + lo + 1.0, side="right"), first, end - 1)
+        out[:, j] = values[i_lo] + (h - lo) * (values[i_hi] - values[i_lo])
+    return out
+
+
+def request_stats(
+    requests: pl.DataFrame, keys: Sequence[str], quantiles: dict[str, float], min_sampled_tail: int
+) -> pl.DataFrame:
+    """Per group of ``keys``: ``requests`` (the weighted count, rounded), the named percentiles of
+    ``duration_ms``, ``sync_llm_calls_per_request`` (weighted mean; when the column is there),
+    ``sampled_requests``, ``effective_sample_size``, ``p99_tail_samples`` and ``p99_warning`` (see
+    :data:`HOT_PATH_SCHEMA`). Unweighted requests take the exact percentiles of Polars, as before
+    sampling was read; weighted ones :func:`weighted_quantiles`. Pure."""
+    calls = "sync_llm_calls" in requests.columns
+    p99 = pl.col("duration_ms").quantile(0.99, interpolation=INTERPOLATION)
+    if not is_weighted(requests):
+        return requests.group_by(*keys).agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            *percentile_exprs("duration_ms", quantiles),
+            *([pl.col("sync_llm_calls").mean().alias("sync_llm_calls_per_request")] if calls else []),
+            pl.len().cast(pl.Int64).alias("sampled_requests"),
+            pl.len().cast(pl.Float64).alias("effective_sample_size"),
+            (pl.col("duration_ms") >= p99).sum().cast(pl.Int64).alias("p99_tail_samples"),
+            pl.lit(False).alias("p99_warning"),
+        )
+    ordered = requests.with_columns(pl.col("weight").fill_null(1.0)).sort(*keys, "duration_ms")
+    ids = ordered.select(pl.struct(*keys).rle_id()).to_series().to_numpy()
+    first = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]])
+    bounds = np.r_[first, ordered.height]
+    values = ordered["duration_ms"].to_numpy()
+    weights = ordered["weight"].to_numpy()
+    names = list(quantiles)
+    found = weighted_quantiles(values, weights, bounds, [*quantiles.values(), 0.99])
+    total = np.add.reduceat(weights, first)
+    stored = np.diff(bounds)
+    p99_rows = np.repeat(found[:, -1], stored)
+    tail = np.add.reduceat((values >= p99_rows).astype(np.int64), first)
+    sampled = np.maximum.reduceat(weights, first) > 1.0
+    columns: list[pl.Series] = [
+        pl.Series("requests", np.rint(total), dtype=pl.Float64).cast(pl.Int64),
+        *(pl.Series(name, found[:, j], dtype=pl.Float64) for j, name in enumerate(names)),
+    ]
+    if calls:
+        weighted_calls = np.add.reduceat(weights * ordered["sync_llm_calls"].to_numpy(), first)
+        columns.append(pl.Series("sync_llm_calls_per_request", weighted_calls / total, dtype=pl.Float64))
+    columns += [
+        pl.Series("sampled_requests", stored, dtype=pl.Int64),
+        pl.Series("effective_sample_size", total**2 / np.add.reduceat(weights**2, first), dtype=pl.Float64),
+        pl.Series("p99_tail_samples", tail, dtype=pl.Int64),
+        pl.Series("p99_warning", sampled & (tail < min_sampled_tail), dtype=pl.Boolean),
+    ]
+    return ordered[first].select(*keys).with_columns(columns)
 
 
 def with_sync_llm_calls(requests: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -125,38 +235,32 @@ def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> 
     return with_sync_llm_calls(request_rows(roots, windows), calls)
 
 
-def hot_path_summary(requests: pl.DataFrame) -> pl.DataFrame:
+def hot_path_summary(requests: pl.DataFrame, min_sampled_tail: int = 10) -> pl.DataFrame:
     """Per (service, operation) of the current window: requests, exact p50/p95/p99/p999 (linear
-    interpolation), synchronous LLM calls per request. Pure."""
+    interpolation; of the weighted population in sampled data), synchronous LLM calls per request
+    and the sample behind them (:func:`request_stats`). Pure."""
     current = requests.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(HOT_PATH_SCHEMA)
     return (
-        current.group_by("service", "operation")
-        .agg(
-            pl.len().cast(pl.Int64).alias("requests"),
-            *percentile_exprs("duration_ms", _QUANTILES),
-            pl.col("sync_llm_calls").mean().alias("sync_llm_calls_per_request"),
-        )
+        request_stats(current, ["service", "operation"], _QUANTILES, min_sampled_tail)
         .sort("service", "operation")
         .select(list(HOT_PATH_SCHEMA))
     )
 
 
-def hot_path_series(requests: pl.DataFrame, every: timedelta) -> pl.DataFrame:
-    """Per (service, operation, time bucket of the current window): requests and percentiles. Pure."""
+def hot_path_series(requests: pl.DataFrame, every: timedelta, min_sampled_tail: int = 10) -> pl.DataFrame:
+    """Per (service, operation, time bucket of the current window): requests and percentiles
+    (weighted in sampled data) and the stored requests behind them. Pure."""
     current = requests.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(HOT_PATH_SERIES_SCHEMA)
     series_q = {k: v for k, v in _QUANTILES.items() if k != "p999_ms"}
+    bucketed = current.with_columns(
+        pl.col("start").dt.truncate(every).dt.cast_time_unit("us").alias("bucket_start")
+    )
     return (
-        current.with_columns(pl.col("start").dt.truncate(every).dt.cast_time_unit("us").alias("bucket_start"))
-        .group_by("service", "operation", "bucket_start")
-        .agg(
-            pl.len().cast(pl.Int64).alias("requests"),
-            *percentile_exprs("duration_ms", series_q),
-            pl.col("sync_llm_calls").mean().alias("sync_llm_calls_per_request"),
-        )
+        request_stats(bucketed, ["service", "operation", "bucket_start"], series_q, min_sampled_tail)
         .sort("service", "operation", "bucket_start")
         .select(list(HOT_PATH_SERIES_SCHEMA))
     )
@@ -164,10 +268,11 @@ def hot_path_series(requests: pl.DataFrame, every: timedelta) -> pl.DataFrame:
 
 def latency_good_total_sql(table: str) -> str:
     return f"""
-SELECT service, operation, toInt64(countIf(duration_ns < {{threshold_ns:Float64}})) AS good,
-       toInt64(count()) AS total
+SELECT service, operation, toInt64(round(sumIf(weight, duration_ns < {{threshold_ns:Float64}}))) AS good,
+       toInt64(round(sum(weight))) AS total
 FROM (
-    SELECT ServiceName AS service, SpanName AS operation, Duration AS duration_ns
+    -- Sampled data: each root counts as the requests it stands for (a sum of 1.0s is the count).
+    SELECT ServiceName AS service, SpanName AS operation, Duration AS duration_ns, {WEIGHT} AS weight
     FROM {table}
     WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_HOT_ROOT}
     LIMIT 1 BY TraceId, SpanId
@@ -185,7 +290,8 @@ def latency_good_total(
     conventions: Conventions | None = None,
 ) -> pl.DataFrame:
     """Per (service, operation) of hot-path requests started in [start, end): ``good`` (faster than
-    ``threshold_ms``) and ``total`` — the good/total pair of a latency SLO. One deduplicated GROUP BY."""
+    ``threshold_ms``) and ``total`` — the good/total pair of a latency SLO, weighted by the sample rate
+    in sampled data (rounded). One deduplicated GROUP BY."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end)
     params = {
@@ -194,7 +300,11 @@ def latency_good_total(
         "e": windows.end,
         "threshold_ns": float(threshold_ms) * 1e6,
     }
-    frame = normalize(store.query_polars(latency_good_total_sql(store.table(TRACES_TABLE)), params))
+    frame = normalize(
+        store.query_polars(
+            inspect_traces(store).adapt(latency_good_total_sql(store.table(TRACES_TABLE))), params
+        )
+    )
     schema = {"service": pl.String, "operation": pl.String, "good": pl.Int64, "total": pl.Int64}
     if frame.is_empty():
         return empty(schema)

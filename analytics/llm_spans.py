@@ -55,10 +55,11 @@ from analytics.conventions import (
     THROTTLED,
     TOKENS,
     VERSION,
+    WEIGHT,
     WORKFLOW_NAME,
     Conventions,
 )
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store
 
 __all__ = [
@@ -79,6 +80,8 @@ ROOTS_SCHEMA: dict[str, Any] = {
     "start": pl.Datetime("ns", "UTC"),
     "duration_ms": pl.Float64,
     "abandoned": pl.Boolean,
+    # How many requests the root stands for: 1.0 unless the data is sampled (conventions.WEIGHT).
+    "weight": pl.Float64,
 }
 
 LLM_SPANS_SCHEMA: dict[str, Any] = {
@@ -127,7 +130,8 @@ def roots_sql(table: str) -> str:
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, toLowCardinality(ServiceName) AS service,
        toLowCardinality(SpanName) AS operation, toLowCardinality({VERSION}) AS version,
-       Timestamp AS start, Duration / 1e6 AS duration_ms, {ABANDONED} AS abandoned
+       Timestamp AS start, Duration / 1e6 AS duration_ms, {ABANDONED} AS abandoned,
+       {WEIGHT} AS weight
 FROM {table}
 PREWHERE ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {MAYBE_MARKED_HOT})
 WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}})
@@ -167,7 +171,7 @@ def _fetch(
     store: Store, sql: str, windows: Windows, conventions: Conventions, schema: dict[str, Any]
 ) -> pl.DataFrame:
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = store.query_polars(sql, params)
+    frame = store.query_polars(inspect_traces(store).adapt(sql), params)
     if frame.is_empty():
         return empty(schema)
     # normalize() would turn the dictionaries into strings: only the timestamps need it.

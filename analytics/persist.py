@@ -115,13 +115,23 @@ def _retry_exemplar(ctx: DDLContext) -> list[str]:
     ]
 
 
-# Versions 1-3, 7 and 8 of the analytics component (analytics.schema holds the others).
+def _hot_path_sample(ctx: DDLContext) -> list[str]:
+    # Tables made before sampled data was weighted: the sample behind each row's figures. Old rows
+    # read these as null (fresh stores have the columns from v3, which takes today's frame schema).
+    columns = ("sampled_requests", "effective_sample_size", "p99_tail_samples", "p99_warning")
+    schema = FRAME_SCHEMAS["hot_path"]
+    adds = ", ".join(f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(schema[c])}" for c in columns)
+    return [f"ALTER TABLE {ctx.name(history_table('hot_path'))}{ctx.on_cluster} {adds}"]
+
+
+# Versions 1-3 and 7-9 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
     migration(3, "tailwatch_analysis_<frame> history", _history),
     migration(7, "tailwatch_analysis_cold_path runs", _cold_path_runs),
     migration(8, "tailwatch_analysis_retry_amplification exemplar", _retry_exemplar),
+    migration(9, "tailwatch_analysis_hot_path sample size", _hot_path_sample),
 )
 register_migrations(MIGRATIONS)
 

@@ -35,7 +35,7 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store, StoreError
 
 __all__ = [
@@ -113,7 +113,7 @@ def record_release_times(
 ) -> int:
     """Record the first span of every (service, version) in [lo, hi) (part of the rollup job)."""
     params = {**conventions.sql_parameters(), "lo1": lo, "hi1": hi, "lo2": lo, "hi2": lo, "services": []}
-    seen = store.query_arrow(first_seen_sql(store.table(TRACES_TABLE)), params)
+    seen = store.query_arrow(inspect_traces(store).adapt(first_seen_sql(store.table(TRACES_TABLE))), params)
     if seen.num_rows:
         store.insert_arrow(
             store.table(RELEASE_TIMES_TABLE),
@@ -130,13 +130,16 @@ def record_release_times(
     return seen.num_rows
 
 
-def first_seen_before_sql(table: str, pairs: int) -> str:
+def first_seen_before_sql(table: str, pairs: int, value_index: str = "values") -> str:
     """First span of each pair ``i`` — service ``{s<i>}``, version ``{v<i>}`` — before ``{b<i>}``, in
     the time ranges ``lo1..hi1`` or ``lo2..hi2``. One SELECT per pair, so that each pair's bounds
     reach the index analysis as constants: the primary key (service first, time last) keeps the
-    service's granules before the bound, and the Collector's bloom filter over resource attribute
-    values (``idx_res_attr_value``) keeps those where the version appears at all — around the
-    version's first request, a handful of granules instead of the whole look-back."""
+    service's granules before the bound, and the index over resource attribute values keeps those
+    where the version appears at all — around the version's first request, a handful of granules
+    instead of the whole look-back. ``value_index`` names that index
+    (:attr:`collectors.TracesLayout.resource_value_index`): the 2024-25 layout's bloom filter over
+    ``mapValues(ResourceAttributes)`` (``idx_res_attr_value``) or the 2026 layout's index over its
+    ``key=value`` items (``idx_res_attr_items``)."""
     selects = [
         f"""
 SELECT ServiceName AS service, {VERSION} AS version, min(Timestamp) AS first_seen
@@ -144,7 +147,7 @@ FROM {table}
 WHERE ServiceName = {{s{i}:String}} AND Timestamp < {{b{i}:DateTime64(9)}}
   AND ((Timestamp >= {{lo1:DateTime64(9)}} AND Timestamp < {{hi1:DateTime64(9)}})
     OR (Timestamp >= {{lo2:DateTime64(9)}} AND Timestamp < {{hi2:DateTime64(9)}}))
-  AND has(mapValues(ResourceAttributes), {{v{i}:String}}) AND version = {{v{i}:String}}
+  AND {_has_value(value_index, i)} AND version = {{v{i}:String}}
 GROUP BY service, version"""
         for i in range(pairs)
     ]
@@ -167,25 +170,19 @@ def _small_scan(store: Store, table: str, parameters: dict[str, Any]) -> bool:
     estimate (a distributed table may not) counts as large, so it is read per version."""
     try:
         # One row per table read: (database, table, parts, rows, marks).
-        estimate = store.query_rows(f"EXPLAIN ESTIMATE {first_seen_sql(table)}", parameters)
+        estimate = store.query_rows(
+            inspect_traces(store).adapt(f"EXPLAIN ESTIMATE {first_seen_sql(table)}"), parameters
+        )
     except StoreError:
         return False
     return bool(estimate) and sum(int(rows) for _, _, _, rows, _ in estimate) <= _SCAN_MAX_ROWS
 
 
-def _has_version_index(store: Store) -> bool:
-    """Whether the traces table carries a bloom filter over its resource attribute values (the
-    Collector's schema does; a hand-made table may not)."""
-    return bool(
-        store.query_value(
-            """
-SELECT count() FROM system.data_skipping_indices
-WHERE database = {db:String} AND table IN ({t:String}, {local:String}) AND type = 'bloom_filter'
-  AND replaceAll(expr, ' ', '') = 'mapValues(ResourceAttributes)'
-""",
-            {"db": store.database, "t": TRACES_TABLE, "local": f"{TRACES_TABLE}_local"},
-        )
-    )
+def _has_value(value_index: str, i: int) -> str:
+    # Written exactly as the index's expression, so the index analysis recognises it.
+    if value_index == "items":
+        return f"has(ResourceAttributeItems, concat({{cv_version_attr:String}}, '=', {{v{i}:String}}))"
+    return f"has(mapValues(ResourceAttributes), {{v{i}:String}})"
 
 
 def fetch_release_times(
@@ -234,16 +231,21 @@ def fetch_release_times(
     # service's spans, so the scan is cheaper; with it, the scan only while the range is small.
     last = cast(datetime, bounds["released_at"].max())
     scan = {**ranges, "hi1": min(hi1, last), "hi2": min(hi2, last), "services": services}
-    if _has_version_index(store) and not _small_scan(store, table, scan):
+    value_index = inspect_traces(store).resource_value_index
+    if value_index is not None and not _small_scan(store, table, scan):
         rows = bounds.rows()
         for chunk in range(0, len(rows), _PAIRS_PER_QUERY):
             pairs = rows[chunk : chunk + _PAIRS_PER_QUERY]
             params = dict(ranges)
             for i, (service, version, bound) in enumerate(pairs):
                 params |= {f"s{i}": service, f"v{i}": version, f"b{i}": bound}
-            frames.append(store.query_polars(first_seen_before_sql(table, len(pairs)), params))
+            frames.append(
+                store.query_polars(
+                    inspect_traces(store).adapt(first_seen_before_sql(table, len(pairs), value_index)), params
+                )
+            )
     else:
-        frames.append(store.query_polars(first_seen_sql(table), scan))
+        frames.append(store.query_polars(inspect_traces(store).adapt(first_seen_sql(table)), scan))
     frame = pl.concat(
         [
             normalize(f)

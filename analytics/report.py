@@ -28,10 +28,23 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _sampled(row: dict[str, Any]) -> bool:
+    """Whether a hot-path row's figures come from sampled data (its requests are a weighted count)."""
+    stored = row.get("sampled_requests")
+    return stored is not None and (stored != row["requests"] or bool(row.get("p99_warning")))
+
+
 def _hot_path(data: dict[str, Any]) -> list[str]:
-    """Per operation latency percentiles, then the releases that moved them."""
+    """Per operation latency percentiles, then the releases that moved them. Sampled data adds the
+    stored requests and the effective sample size behind each row, and a note under the table for
+    each p99 resting on too few of them; unsampled data prints as it always has."""
     out: list[str] = []
-    out += ["HOT PATH (latency ms; exact percentiles, linear interpolation)"]
+    sampled = any(_sampled(h) for h in data["hot_path"])
+    title = "HOT PATH (latency ms; exact percentiles, linear interpolation)"
+    if sampled:
+        title = "HOT PATH (latency ms; percentiles and requests weighted by the sample rate)"
+    out += [title]
+    extra = ["sampled", "n_eff"] if sampled else []
     out += _table(
         [
             "service",
@@ -44,6 +57,7 @@ def _hot_path(data: dict[str, Any]) -> list[str]:
             "sync LLM/req",
             "releases",
             "coupled",
+            *extra,
         ],
         [
             [
@@ -52,15 +66,26 @@ def _hot_path(data: dict[str, Any]) -> list[str]:
                 _fmt(h["requests"]),
                 _fmt(h["p50_ms"]),
                 _fmt(h["p95_ms"]),
-                _fmt(h["p99_ms"]),
+                _fmt(h["p99_ms"]) + ("!" if h.get("p99_warning") else ""),
                 _fmt(h["p999_ms"]),
                 _fmt(h["sync_llm_calls_per_request"], 2),
                 _fmt(h["release_coupling"]["releases"]),
                 _fmt(h["release_coupling"]["coupled"]),
+                *(
+                    [_fmt(h.get("sampled_requests")), _fmt(h.get("effective_sample_size"), 0)]
+                    if sampled
+                    else []
+                ),
             ]
             for h in data["hot_path"]
         ],
     )
+    out += [
+        f"  ! {h['service']} {h['operation']}: the p99 rests on {_fmt(h.get('p99_tail_samples'))} sampled "
+        f"request(s) at or above it (of {_fmt(h.get('sampled_requests'))} stored): read it as rough"
+        for h in data["hot_path"]
+        if h.get("p99_warning")
+    ]
     release_rows = [
         [
             h["service"],

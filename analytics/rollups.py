@@ -16,6 +16,12 @@ minutes younger than ``ROLLUP_SETTLE`` are left for the next run so late spans a
 For windows longer than ``Conventions.rollup_min_window`` the hot-path percentiles come from the
 rollups of the covered whole minutes plus the raw requests of whatever the rollups do not cover, so
 the result never depends on whether the job has run.
+
+Sampled data: each value is recorded with the number of requests its spans stand for (the sum of
+their weights, :data:`analytics.conventions.WEIGHT`), and the request and abandonment counts are
+such sums. A histogram counts in integers, so those sums are rounded per (minute, operation,
+version, value): a weight of 1/p from a sampling threshold (9.999… for p = 0.1) becomes 10, an
+error far below the sampling's own. Unsampled data sums 1.0s, the exact counts as before.
 """
 
 from __future__ import annotations
@@ -30,11 +36,11 @@ import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 
 from analytics._common import Windows, empty, normalize
-from analytics.conventions import ABANDONED, IS_HOT_ROOT, Conventions
-from analytics.hot_path import HOT_PATH_SCHEMA
+from analytics.conventions import ABANDONED, IS_HOT_ROOT, WEIGHT, Conventions
+from analytics.hot_path import HOT_PATH_SCHEMA, is_weighted
 from analytics.releases import record_release_times
 from analytics.schema import MIGRATIONS, ROLLUP_RUNS_TABLE, ROLLUPS_TABLE
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store, as_utc, ensure_schema
 
 __all__ = [
@@ -77,11 +83,12 @@ FROM (
            toUInt64(greatest(1, least({{highest:Float64}},
                round(us / exp10(greatest(0, floor(log10(greatest(us, 1))) - 3)))
                * exp10(greatest(0, floor(log10(greatest(us, 1))) - 3))))) AS q_us,
-           count() AS n, countIf(is_abandoned) AS ab
+           -- The requests each value stands for (weights summed, then rounded: see the module).
+           toUInt64(round(sum(weight))) AS n, toUInt64(round(sumIf(weight, is_abandoned))) AS ab
     FROM (
         SELECT Timestamp AS ts, ServiceName AS service, SpanName AS operation,
                ResourceAttributes[{{cv_version_attr:String}}] AS version,
-               Duration / 1000 AS us, {ABANDONED} AS is_abandoned
+               Duration / 1000 AS us, {ABANDONED} AS is_abandoned, {WEIGHT} AS weight
         FROM {table}
         WHERE Timestamp >= {{lo:DateTime64(9)}} AND Timestamp < {{hi:DateTime64(9)}} AND {IS_HOT_ROOT}
         LIMIT 1 BY TraceId, SpanId
@@ -126,7 +133,9 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
     if lo >= limit:
         return 0
     params = {**conv.sql_parameters(), "lo": lo, "hi": limit, "highest": HIGHEST_US}
-    source = store.query_arrow(rollup_source_sql(store.table(TRACES_TABLE)), params)
+    source = store.query_arrow(
+        inspect_traces(store).adapt(rollup_source_sql(store.table(TRACES_TABLE))), params
+    )
     writer = f"{socket.gethostname()}:{os.getpid()}"
     built_at = datetime.now(UTC)
     histograms: list[str] = []
@@ -183,9 +192,13 @@ def _fetch_rollups(store: Store, lo: datetime, hi: datetime) -> pl.DataFrame:
 
 
 def rollup_percentiles(
-    histograms: list[str], raw_ms: list[float], significant_digits: int = 3
+    histograms: list[str],
+    raw_ms: list[float],
+    significant_digits: int = 3,
+    raw_weights: list[float] | None = None,
 ) -> dict[str, Any]:
-    """Merge minute histograms and raw latencies (ms); percentiles in ms. Pure.
+    """Merge minute histograms and raw latencies (ms; each counted ``raw_weights`` times, rounded,
+    when sampled); percentiles in ms. Pure.
 
     HdrHistogram answers with the highest value equivalent to the percentile's bucket, so results
     are within the histogram's resolution (0.1% at 3 digits) of the nearest-rank value.
@@ -193,8 +206,12 @@ def rollup_percentiles(
     merged = new_histogram(significant_digits)
     for encoded in histograms:
         merged.decode_and_add(encoded)
-    for ms in raw_ms:
-        merged.record_value(max(1, min(HIGHEST_US, round(ms * 1000))))
+    if raw_weights is None:
+        for ms in raw_ms:
+            merged.record_value(max(1, min(HIGHEST_US, round(ms * 1000))))
+    else:
+        for ms, weight in zip(raw_ms, raw_weights, strict=True):
+            merged.record_value(max(1, min(HIGHEST_US, round(ms * 1000))), max(1, round(weight)))
     out: dict[str, Any] = {"requests": int(merged.get_total_count())}
     for name, pct in _QUANTILES.items():
         out[name] = merged.get_value_at_percentile(pct) / 1000.0 if out["requests"] else None
@@ -222,16 +239,36 @@ def long_window_hot_path(
         (str(s), str(o)): g["duration_ms"].to_list()
         for (s, o), g in raw.group_by("service", "operation", maintain_order=True)
     }
+    weighted = is_weighted(current)
+    raw_weights = (
+        {
+            (str(s), str(o)): g["weight"].fill_null(1.0).to_list()
+            for (s, o), g in raw.group_by("service", "operation", maintain_order=True)
+        }
+        if weighted
+        else {}
+    )
     hist_by_op = {
         (str(r["service"]), str(r["operation"])): list(r["histograms"]) for r in rolled.iter_rows(named=True)
     }
-    llm = current.group_by("service", "operation").agg(
-        pl.col("sync_llm_calls").mean().alias("sync_llm_calls_per_request")
-    )
+    # Calls per request and the sample behind the figures come from the window's requests, which
+    # analyze() reads in full anyway (the exact frame): the stored requests a rollup counted are
+    # the same ones, and its p99 is within the histogram's 0.1% of the exact one they were counted at.
+    beside = [
+        "sync_llm_calls_per_request",
+        "sampled_requests",
+        "effective_sample_size",
+        "p99_tail_samples",
+        "p99_warning",
+    ]
+    llm = exact.select("service", "operation", *beside)
     rows = []
     for key in sorted(set(raw_by_op) | set(hist_by_op)):
         stats = rollup_percentiles(
-            hist_by_op.get(key, []), raw_by_op.get(key, []), conventions.rollup_significant_digits
+            hist_by_op.get(key, []),
+            raw_by_op.get(key, []),
+            conventions.rollup_significant_digits,
+            raw_weights.get(key, []) if weighted else None,
         )
         rows.append({"service": key[0], "operation": key[1], **stats})
     if not rows:

@@ -27,7 +27,7 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import FLAG_KEY, FLAG_VARIANT, Conventions
 from analytics.releases import p99_step_significance
 from analytics.stats import proportion_delta_interval, wilson_interval
-from collectors import TRACES_TABLE
+from collectors import JSON_LIST_KEYS, TRACES_TABLE, inspect_traces
 from storage import Store
 
 __all__ = [
@@ -72,23 +72,54 @@ SLICES_SCHEMA: dict[str, Any] = {
 
 _EVENT_FLAG = "arrayFirst(v -> v != '', arrayMap(k -> e.2[k], {cv_flag_key_attrs:Array(String)}))"
 _EVENT_VARIANT = "arrayFirst(v -> v != '', arrayMap(k -> e.2[k], {cv_flag_variant_attrs:Array(String)}))"
+_SLICE_ATTRS = (
+    "arrayMap(k -> (k, SpanAttributes.values[indexOf(SpanAttributes.keys, k)], {ts}), "
+    "arrayFilter(k -> has(SpanAttributes.keys, k), {{cv_slice_attrs:Array(String)}}))"
+)
 
 
-def flag_evaluations_sql(table: str) -> str:
+def _json_first(value: str, keys: str) -> str:
+    # A JSON path must be a constant: the list is unrolled (a past-the-end element is '', no path).
+    lookups = [
+        f"nullIf(toString(getSubcolumn({value}, {{{keys}:Array(String)}}[{i}])), '')" for i in _JSON_KEYS
+    ]
+    return f"coalesce({', '.join(lookups)}, '')"
+
+
+_JSON_KEYS = range(1, JSON_LIST_KEYS + 1)
+_JSON_EVENT_FLAG = _json_first("e.2", "cv_flag_key_attrs")
+_JSON_EVENT_VARIANT = _json_first("e.2", "cv_flag_variant_attrs")
+_JSON_SLICE_ATTRS = (
+    "arrayFilter(x -> x.2 != '', ["
+    + ", ".join(
+        f"({{{{cv_slice_attrs:Array(String)}}}}[{i}], "
+        f"toString(getSubcolumn(SpanAttributes, {{{{cv_slice_attrs:Array(String)}}}}[{i}])), {{ts}})"
+        for i in _JSON_KEYS
+    )
+    + "])"
+)
+
+
+def flag_evaluations_sql(table: str, *, json: bool = False) -> str:
     """Every flag evaluation of spans started in the current window or its margin: one row per
     (span, flag) from the span's attributes, the configured slice attributes and its evaluation
     events. PREWHERE reads the attribute keys and event names only, so the maps and events of
-    spans without a flag are never decompressed."""
+    spans without a flag are never decompressed. ``json``: the table's attribute columns are JSON
+    (:class:`collectors.TracesLayout`), whose paths are looked up one constant at a time; the
+    remaining Map idioms are rewritten by :meth:`collectors.TracesLayout.adapt`."""
     ts = "toUnixTimestamp64Nano(Timestamp)"
+    event_flag, event_variant = (
+        (_JSON_EVENT_FLAG, _JSON_EVENT_VARIANT) if json else (_EVENT_FLAG, _EVENT_VARIANT)
+    )
+    slice_attrs = (_JSON_SLICE_ATTRS if json else _SLICE_ATTRS).format(ts=ts)
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, ev.1 AS flag, ev.2 AS variant, ev.3 AS at_ns
 FROM {table}
 ARRAY JOIN arrayConcat(
     if(hasAny(SpanAttributes.keys, {{cv_flag_key_attrs:Array(String)}}),
        [({FLAG_KEY}, {FLAG_VARIANT}, {ts})], []),
-    arrayMap(k -> (k, SpanAttributes.values[indexOf(SpanAttributes.keys, k)], {ts}),
-             arrayFilter(k -> has(SpanAttributes.keys, k), {{cv_slice_attrs:Array(String)}})),
-    arrayMap(e -> ({_EVENT_FLAG}, {_EVENT_VARIANT}, toUnixTimestamp64Nano(e.3)),
+    {slice_attrs},
+    arrayMap(e -> ({event_flag}, {event_variant}, toUnixTimestamp64Nano(e.3)),
              arrayFilter(e -> has({{cv_flag_events:Array(String)}}, e.1),
                          arrayZip(`Events.Name`, `Events.Attributes`, `Events.Timestamp`)))
 ) AS ev
@@ -103,7 +134,12 @@ def fetch_flag_evaluations(store: Store, windows: Windows, conventions: Conventi
     """Flag evaluations (:data:`FLAG_EVALUATIONS_SCHEMA`) of the current window's spans, duplicates
     included (:func:`slices` keeps the first evaluation of each flag per trace)."""
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = store.query_polars(flag_evaluations_sql(store.table(TRACES_TABLE)), params)
+    frame = store.query_polars(
+        inspect_traces(store).adapt(
+            flag_evaluations_sql(store.table(TRACES_TABLE), json=inspect_traces(store).json)
+        ),
+        params,
+    )
     if frame.is_empty():
         return empty(FLAG_EVALUATIONS_SCHEMA)
     return normalize(frame).cast(pl.Schema(FLAG_EVALUATIONS_SCHEMA)).select(list(FLAG_EVALUATIONS_SCHEMA))

@@ -32,7 +32,7 @@ from analytics.conventions import (
     STATUS,
     Conventions,
 )
-from collectors import TRACES_TABLE
+from collectors import TRACES_TABLE, inspect_traces
 from storage import Store
 
 __all__ = [
@@ -185,7 +185,7 @@ def fetch_trace_spans(
     table = store.table(TRACES_TABLE)
     if by_keys:
         with store.key_set(keys) as key_set:
-            frame = store.query_polars(trace_spans_sql(table, key_set), params)
+            frame = store.query_polars(inspect_traces(store).adapt(trace_spans_sql(table, key_set)), params)
     else:
         cur_services, cur_ops, cur_floor = _floors(tails, "current")
         base_services, base_ops, base_floor = _floors(tails, "baseline")
@@ -200,7 +200,7 @@ def fetch_trace_spans(
             "workflows": workflows is not None and workflows.height > 0,
             "boundaries": boundaries is not None and boundaries.len() > 0,
         }
-        frame = store.query_polars(trace_spans_sql(table, None), params)
+        frame = store.query_polars(inspect_traces(store).adapt(trace_spans_sql(table, None)), params)
     if frame.is_empty():
         return empty(TRACE_SPAN_ROWS_SCHEMA)
     # Duplicates of a span (client retries resend identical spans) count once: the first row of each

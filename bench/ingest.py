@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationScope, KeyValue
@@ -492,6 +493,100 @@ def measure_ceiling(bodies: list[bytes], batches: int = 8) -> Ceiling:
     return Ceiling(map_us, write_us, merge_us, rows)
 
 
+class _InputAsFile:
+    """A ClickHouse server's ``input()`` on the embedded engine: a statement sent with a body (the
+    server path's ``INSERT … FROM input(S) … FORMAT F``) reads that body from a file instead, and
+    its inline schema from a file holding the same text (the engine would cache an inline schema in
+    the directory where the process first used the Protobuf format)."""
+
+    def __init__(self, client: Any, work: Path) -> None:
+        self._client = client
+        self._body = work / "body.binpb"
+        self._schema = work / "schema.proto"
+
+    def command(
+        self, cmd: str, parameters: Any = None, data: bytes | None = None, settings: Any = None
+    ) -> Any:
+        if data is not None:
+            from collectors.native_insert import INPUT_SOURCE
+
+            fmt = re.search(r"\sFORMAT (\w+)\s*$", cmd)
+            assert fmt is not None
+            self._body.write_bytes(data)
+            source = f"file({{body_path:String}}, '{fmt.group(1)}', {{structure:String}})"
+            cmd = cmd[: fmt.start()].replace(INPUT_SOURCE, source)
+            parameters = {**parameters, "body_path": str(self._body)}
+            settings = dict(settings or {})
+            self._schema.write_text(settings.pop("format_schema"))
+            message = settings.pop("format_schema_message_name")
+            settings.update(format_schema_source="file", format_schema=f"{self._schema}:{message}")
+        return self._client.command(cmd, parameters=parameters, settings=settings)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+@dataclass
+class ServerPath:
+    """Wall time per span of a server store's two insert paths (µs)."""
+
+    check_us: float  # ClickHouse mapping, in the collector: parse + exactness check of the attributes
+    statement_us: float  # ClickHouse mapping, the INSERT … FROM input() (on the server in production)
+    arrow_map_us: float  # Arrow path, in the collector: request_to_arrow
+    arrow_insert_us: float  # Arrow path, the Arrow insert
+
+    @property
+    def clickhouse_us(self) -> float:
+        return self.check_us + self.statement_us
+
+    @property
+    def arrow_us(self) -> float:
+        return self.arrow_map_us + self.arrow_insert_us
+
+
+def measure_server_path(bodies: list[bytes], batches: int = 4) -> ServerPath:
+    """A server store's two insert paths, both run on the embedded engine (no network), into a
+    Null table so that only the mapping and the statement count."""
+    from collectors import TRACES_MIGRATIONS
+    from collectors.native_insert import NativeInserter, needs_python_mapping
+    from collectors.otlp_decode import decode_protobuf, request_to_arrow
+    from collectors.settings import PipelineSettings
+    from storage import Store, ensure_schema, open_store, parse_dsn
+
+    per_batch = max(1, PipelineSettings().batch_rows // SPANS_PER_REQUEST)
+    chunks = [bodies[i : i + per_batch] for i in range(0, len(bodies), per_batch)][:batches]
+    spans = sum(len(c) for c in chunks) * SPANS_PER_REQUEST
+    with (
+        tempfile.TemporaryDirectory(prefix="tw-bench-server-") as tmp,
+        open_store("chdb://" + str(Path(tmp) / "store")) as store,
+    ):
+        ensure_schema(store, TRACES_MIGRATIONS)
+        store.command("CREATE TABLE bench_null AS otel_traces ENGINE = Null")
+        client = _InputAsFile(store.client, Path(tmp))
+        server = Store(parse_dsn("http://bench:8123/default"), client, shares=store)
+        inserter = NativeInserter(server, table="bench_null")
+        inserter.insert(chunks[0][:1])  # warm-up: the schema's parse and cache
+        started = time.perf_counter()
+        for chunk in chunks:
+            [needs_python_mapping(decode_protobuf(b)) for b in chunk]
+        check_s = time.perf_counter() - started
+        started = time.perf_counter()
+        for chunk in chunks:
+            inserter.insert(chunk)
+        statement_s = time.perf_counter() - started - check_s  # insert() runs the check too
+        map_s = insert_s = 0.0
+        for chunk in chunks:
+            started = time.perf_counter()
+            table = pa.concat_tables([request_to_arrow(decode_protobuf(b)).table for b in chunk])
+            table = table.combine_chunks()
+            map_s += time.perf_counter() - started
+            started = time.perf_counter()
+            store.insert_arrow("bench_null", table)
+            insert_s += time.perf_counter() - started
+    per_span = 1e6 / spans
+    return ServerPath(check_s * per_span, statement_s * per_span, map_s * per_span, insert_s * per_span)
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -551,10 +646,23 @@ def main(argv: list[str] | None = None) -> None:
             f"merging them {ceiling.merge_us:.1f} us → storage alone bounds ingest on this machine at "
             f"{ceiling.bound_spans_per_s:,.0f} spans/s"
         )
+        print("measuring a server store's insert paths…", file=sys.stderr)
+        server = measure_server_path(bodies)
+        print(
+            f"Server store, wall time per span (both run on the embedded engine, no network): "
+            f"ClickHouse mapping {server.clickhouse_us:.1f} us (collector: parse + exactness check "
+            f"{server.check_us:.1f} us; INSERT … FROM input() {server.statement_us:.1f} us); Arrow path "
+            f"{server.arrow_us:.1f} us (collector: request_to_arrow {server.arrow_map_us:.1f} us; "
+            f"Arrow insert {server.arrow_insert_us:.1f} us)"
+        )
     if args.json:
         out: dict[str, Any] = {"modes": [r.__dict__ | {"spans_per_s": r.spans_per_s} for r in results]}
         if ceiling is not None:
             out["ceiling"] = ceiling.__dict__ | {"bound_spans_per_s": ceiling.bound_spans_per_s}
+            out["server_path"] = server.__dict__ | {
+                "clickhouse_us": server.clickhouse_us,
+                "arrow_us": server.arrow_us,
+            }
         print(json.dumps(out))
 
 

@@ -13,6 +13,7 @@ The store itself (``open_store``, ``Store``, errors, migrations) is the ground f
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from collectors.layout import JSON_LIST_KEYS, TracesLayout, inspect_traces
 from collectors.schema import (
     TRACES_ARROW_SCHEMA,
     TRACES_MIGRATIONS,
@@ -56,7 +57,6 @@ _LAZY = {
 if TYPE_CHECKING:
     from collectors.exporter import ClickHouseSpanExporter
     from collectors.files import FileReport, IngestReport, ingest_files, read_export_requests
-    from collectors.otlp_decode import OtlpDecodeError
     from collectors.pipeline import IngestPipeline, SubmitResult
     from collectors.receivers import Receivers
     from collectors.runtime import IngestRuntime
@@ -72,6 +72,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_GRPC_ADDRESS",
     "DEFAULT_HTTP_ADDRESS",
+    "JSON_LIST_KEYS",
     "TRACES_ARROW_SCHEMA",
     "TRACES_MIGRATIONS",
     "TRACES_TABLE",
@@ -80,7 +81,6 @@ __all__ = [
     "IngestPipeline",
     "IngestReport",
     "IngestRuntime",
-    "OtlpDecodeError",
     "PipelineSettings",
     "Receivers",
     "SettingsError",
@@ -88,8 +88,10 @@ __all__ = [
     "SpanLink",
     "SpanRow",
     "SubmitResult",
+    "TracesLayout",
     "ingest_files",
     "insert_spans",
+    "inspect_traces",
     "new_span_id",
     "new_trace_id",
     "parse_address",

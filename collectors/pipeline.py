@@ -131,7 +131,7 @@ class IngestPipeline:
         if self.store is not None:
             ensure_schema(self.store, TRACES_MIGRATIONS)
             if self.settings.native_insert and not self._custom_writer:
-                # None on a server store, or when this engine does not map OTLP exactly.
+                # None on a server without inline schemas, or when the engine does not map OTLP exactly.
                 work_dir = self.settings.spool_dir / "tmp" if self.settings.spool_dir is not None else None
                 self._native = checked_inserter(self.store, work_dir)
         if self._spool is not None:
@@ -176,7 +176,7 @@ class IngestPipeline:
 
     @property
     def accepts_raw(self) -> bool:
-        """True when :meth:`submit_raw` is available (embedded store, native insert verified)."""
+        """True when :meth:`submit_raw` is available (ClickHouse-side mapping supported and verified)."""
         return self._native is not None
 
     @property

@@ -15,7 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from collectors.layout import inspect_traces
 from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_TABLE, span_kind_sql, status_code_sql
+from collectors.writer import insert_traces_arrow
 from storage import Store
 
 __all__ = [
@@ -114,9 +116,11 @@ def spans_to_arrow(spans: Iterable[SpanRow]) -> pa.Table:
 
 
 def insert_spans(store: Store, spans: Iterable[SpanRow] | pa.Table, table: str = TRACES_TABLE) -> int:
-    """Insert spans (rows or an Arrow table in the trace schema); returns the number of rows."""
+    """Insert spans (rows or an Arrow table in the trace schema); returns the number of rows.
+
+    Works on the Map and the JSON (``json: true``) variants of the Collector's table alike."""
     data = spans if isinstance(spans, pa.Table) else spans_to_arrow(spans)
-    store.insert_arrow(table, data)
+    insert_traces_arrow(store, table, data, inspect_traces(store, table=table).json)
     return data.num_rows
 
 

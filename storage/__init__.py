@@ -14,11 +14,13 @@ Usage::
 
 from storage.errors import SchemaError, StoreError, StoreInUseError, TailwatchError
 from storage.migrations import (
+    MIGRATIONS_TABLE,
     DDLContext,
     Migration,
     SchemaReport,
     apply_schema,
     ensure_schema,
+    migration_state,
     register_migrations,
     registered_migrations,
     render_ddl,
@@ -27,6 +29,7 @@ from storage.store import Store, StoreLocation, default_store_dsn, open_store, p
 from storage.times import as_utc, format_duration, iso_z, parse_duration, parse_time, utc_now
 
 __all__ = [
+    "MIGRATIONS_TABLE",
     "DDLContext",
     "Migration",
     "SchemaError",
@@ -42,6 +45,7 @@ __all__ = [
     "ensure_schema",
     "format_duration",
     "iso_z",
+    "migration_state",
     "open_store",
     "parse_dsn",
     "parse_duration",

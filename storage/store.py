@@ -214,8 +214,15 @@ class Store:
         sql: str,
         parameters: Mapping[str, Any] | None = None,
         settings: Mapping[str, Any] | None = None,
+        data: bytes | None = None,
     ) -> Any:
+        """Run a statement. ``data`` is sent as the request's body, for an ``INSERT … SELECT … FROM
+        input() FORMAT …`` (a server reads it as the input; the embedded engine has no body)."""
         with self._guard(sql):
+            if data is not None:
+                return self.client.command(
+                    sql, parameters=dict(parameters) if parameters else None, data=data, settings=settings
+                )
             return self.client.command(
                 sql, parameters=dict(parameters) if parameters else None, settings=settings
             )

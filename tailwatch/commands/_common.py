@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from storage import as_utc, parse_duration, parse_time
+from storage import Store, TailwatchError, as_utc, parse_duration, parse_time
 from tailwatch.config import CONFIG_ENV, DEFAULT_CONFIG_FILE, STORE_ENV, TailwatchConfig, load_config
+
+if TYPE_CHECKING:
+    from collectors import TracesLayout
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -73,3 +76,33 @@ class _Duration(click.ParamType):
 
 ISO_TIME = _ISOTime()
 DURATION = _Duration()
+
+
+def check_traces(layout: TracesLayout, where: str) -> None:
+    """Raise the one-line error of a span table tailwatch cannot read (missing, or lacking columns),
+    naming a command that helps, instead of the SQL error the first read would give."""
+    if not layout.exists:
+        raise TailwatchError(
+            f"store {where} has no {layout.table} table; run `tailwatch schema apply --store {where}` "
+            "to create it, or point --store at the store your collectors write "
+            "(`tailwatch schema inspect --store DSN` says what a store holds)"
+        )
+    if layout.missing_columns:
+        raise TailwatchError(
+            f"{layout.table} in store {where} ({layout.variant} layout) lacks columns tailwatch reads: "
+            f"{', '.join(layout.missing_columns)}; point --store at the database where the Collector's "
+            f"{layout.table} is (`tailwatch schema inspect --store DSN` says what a store holds), or "
+            "make a new store with `tailwatch schema apply --store DSN`"
+        )
+
+
+def require_traces(store: Store, *, allow_missing: bool = False) -> TracesLayout:
+    """The store's span table, checked once per store object (``inspect_traces`` caches it): every
+    command that reads spans calls this first. ``allow_missing`` lets a store without the table
+    through (the caller reports that itself); a table lacking columns is an error either way."""
+    from collectors import inspect_traces
+
+    layout = inspect_traces(store)
+    if layout.exists or not allow_missing:
+        check_traces(layout, store.location.redacted())
+    return layout

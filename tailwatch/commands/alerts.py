@@ -26,7 +26,7 @@ from slo_rules import (
     load_rules,
 )
 from storage import TailwatchError, format_duration, iso_z, utc_now
-from tailwatch.commands._common import DURATION, ISO_TIME, store_option
+from tailwatch.commands._common import DURATION, ISO_TIME, require_traces, store_option
 from tailwatch.config import (
     ALERTMANAGER_URL_ENV,
     DASHBOARDS_URL_ENV,
@@ -251,6 +251,10 @@ def evaluate_command(
     with target as store:
         rules = load_rules(list(rule_files) or None)
         notifiers = _notifiers(webhook, alertmanagers)
+        # After the rules and notifiers, so a mistake there is named first. A store without spans
+        # at all is left to the rules (each reports it cannot run, exit status 1); a span table
+        # lacking columns would fail every rule with a SQL error: one clear error instead.
+        require_traces(store, allow_missing=True)
         result = evaluate(
             store,
             rules,

@@ -10,7 +10,7 @@ import click
 
 from analytics import render_table
 from storage import TailwatchError
-from tailwatch.commands._common import ISO_TIME, store_option
+from tailwatch.commands._common import ISO_TIME, require_traces, store_option
 from tailwatch.remote import RemoteService, store_or_service
 
 OutputFormat = Literal["json", "table"]
@@ -53,7 +53,6 @@ def analyze(
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
     LLM-vs-internal attribution over [--start, --end) against a baseline window."""
     from analytics import analyze as run_analysis
-    from collectors import TRACES_TABLE
 
     if (baseline_start is None) != (baseline_end is None):
         raise TailwatchError("give both --baseline-start and --baseline-end, or neither")
@@ -63,12 +62,7 @@ def analyze(
         click.echo(text if output_format == "json" else render_table(json.loads(text)))
         return
     with target as store:
-        if not store.table_exists(TRACES_TABLE):
-            raise TailwatchError(
-                f"store {store.location.redacted()} has no {TRACES_TABLE} table; "
-                "run `tailwatch schema apply` "
-                "or point --store at the store your collectors write"
-            )
+        require_traces(store)
         analysis = run_analysis(store, start, end, baseline_start, baseline_end)
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from tailwatch.commands._common import ISO_TIME, command_config, store_option
+from tailwatch.commands._common import ISO_TIME, command_config, require_traces, store_option
 from tailwatch.remote import RemoteService, store_or_service
 
 
@@ -62,6 +62,7 @@ def export(
         report = target.export_dashboards(out_dir, start, end, chosen)
     else:
         with target as store:
+            require_traces(store)
             trace_url = command_config(store_dsn).links.trace_url  # TAILWATCH_TRACE_URL or the file
             report = export_dashboards(store, out_dir, start, end, formats=chosen, trace_url=trace_url)
     for path in report.files:

@@ -426,6 +426,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     assert set(hot) == {
         "service", "operation", "requests", "p50_ms", "p95_ms", "p99_ms", "p999_ms",
         "sync_llm_calls_per_request", "releases", "release_coupling",
+        "sampled_requests", "effective_sample_size", "p99_tail_samples", "p99_warning",
     }  # fmt: skip
     assert set(hot["releases"][0]) == {
         "version", "released_at", "requests_before", "requests_after", "p99_before_ms", "p99_after_ms",
@@ -472,6 +473,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
             "requests_over_budget", "requests_over_budget_per_day", "sync_llm_calls_per_request",
             "p99_without_sync_llm_ms",
             "requests_over_budget_without_sync_llm", "recommendation", "reasons",
+            "sampled_requests", "effective_sample_size", "p99_warning",
         }  # fmt: skip
         assert b["reasons"] and all(isinstance(r, str) for r in b["reasons"])
     [flag] = data["slices"]

@@ -22,6 +22,7 @@ from analytics._common import Windows
 from analytics.conventions import Conventions
 from analytics.releases import fetch_release_times
 from analytics.rollups import coverage, rollup_percentiles
+from collectors import inspect_traces
 from collectors.spans import SpanRow, insert_spans
 from storage import Store, StoreError
 from tests.analytics.builders import at, dt, hot_request, scenario_cold_queues, scenario_llm_regression
@@ -146,7 +147,9 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     monkeypatch.setattr(
         releases_module,
         "first_seen_before_sql",
-        lambda table, pairs: per_version_reads.append(pairs) or lookups(table, pairs),
+        lambda table, pairs, value_index="values": (
+            per_version_reads.append(pairs) or lookups(table, pairs, value_index)
+        ),
     )
     if plan == "per version":
         monkeypatch.setattr(releases_module, "_SCAN_MAX_ROWS", 0)
@@ -185,9 +188,14 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     with_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert with_index.rows() == expected
     assert per_version_reads == ([] if plan == "one scan" else [2])
-    store.command("ALTER TABLE otel_traces DROP INDEX idx_res_attr_value", settings={"mutations_sync": 2})
+    # The index tailwatch's own table carries (the 2026 layout's over its key=value items), dropped:
+    # the layout is read again and every version found by the one scan.
+    assert inspect_traces(store).resource_value_index == "items"
+    store.command("ALTER TABLE otel_traces DROP INDEX idx_res_attr_items", settings={"mutations_sync": 2})
+    assert inspect_traces(store, refresh=True).resource_value_index is None
     without_index = fetch_release_times(store, first_requests, windows, Conventions())
     assert without_index.rows() == expected
+    assert per_version_reads == ([] if plan == "one scan" else [2])
 
 
 def test_rollup_histograms_merge_exactly() -> None:

@@ -3,24 +3,39 @@
 from __future__ import annotations
 
 import random
+import re
 import struct
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from starlette.testclient import TestClient
 
 from collectors.grpc_receiver import GrpcReceiver
-from collectors.native_insert import NativeInserter, native_sample, self_test
+from collectors.native_insert import (
+    _CHECK_STRUCTURE,
+    _FALLBACK,
+    FILE_SOURCE,
+    INPUT_SOURCE,
+    NativeInserter,
+    _records,
+    mapping_select,
+    native_sample,
+    needs_python_mapping,
+    self_test,
+)
 from collectors.otlp_decode import request_to_arrow, validate_request
 from collectors.pipeline import IngestPipeline
 from collectors.receiver import create_http_app
 from collectors.settings import PipelineSettings
 from collectors.spans import read_spans
-from storage import Store
+from storage import Store, ensure_schema, open_store, parse_dsn
 from tests.collectors.otlp_samples import kv, make_request
 
 
@@ -164,3 +179,168 @@ def test_receiver_rows_are_the_same_either_way(store: Store, tmp_path: Path, nat
     assert stored.num_rows == expected.num_rows == 9
     for name in ("TraceId", "SpanId", "SpanAttributes", "ResourceAttributes", "Duration", "SpanKind"):
         assert stored.column(name).to_pylist() == expected.column(name).to_pylist()
+
+
+# --- server stores: the batch as the INSERT's body, read by input() ------------------------------
+
+
+class _ServerShapedClient:
+    """The embedded engine behind the calls a server store makes.
+
+    A statement sent with a body (``INSERT … SELECT … FROM input(S) … FORMAT F`` + data) runs with
+    ``input(S)`` replaced by ``file(<the body>, F, S)``: the embedded engine takes no request body,
+    so this stands in for the server's ``input()``. The inline schema (``format_schema_source =
+    'string'``) reaches the engine as a file holding the same text: the engine caches inline schemas
+    in the directory where the process first used the Protobuf format, which may be the checkout.
+    Everything else (SQL text, parameters, other settings) reaches the engine as sent.
+    """
+
+    def __init__(self, client: Any, work: Path) -> None:
+        self._client = client
+        self._work = work
+        self.sent: list[tuple[str, dict[str, Any], dict[str, Any], bytes]] = []
+
+    def command(
+        self,
+        cmd: str,
+        parameters: dict[str, Any] | None = None,
+        data: bytes | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> Any:
+        if data is None:
+            return self._client.command(cmd, parameters=parameters, settings=settings)
+        self.sent.append((cmd, dict(parameters or {}), dict(settings or {}), data))
+        fmt = re.search(r"\sFORMAT (\w+)\s*$", cmd)
+        assert fmt is not None and INPUT_SOURCE in cmd
+        body = self._work / f"body-{len(self.sent)}.bin"
+        body.write_bytes(data)
+        as_file = cmd[: fmt.start()].replace(
+            INPUT_SOURCE, f"file({{body_path:String}}, '{fmt.group(1)}', {{structure:String}})"
+        )
+        settings = dict(settings or {})
+        if settings.get("format_schema_source") == "string":
+            schema = self._work / f"schema-{len(self.sent)}.proto"
+            schema.write_text(settings.pop("format_schema"))
+            message = settings.pop("format_schema_message_name")
+            settings.update(format_schema_source="file", format_schema=f"{schema}:{message}")
+        return self._client.command(
+            as_file, parameters={**(parameters or {}), "body_path": str(body)}, settings=settings
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+@pytest.fixture
+def server_store(store_dsn: str, tmp_path: Path) -> Iterator[Store]:
+    """A fresh embedded store seen as a ClickHouse server (``http://…``) through
+    :class:`_ServerShapedClient`."""
+    (tmp_path / "bodies").mkdir()
+    embedded = open_store(store_dsn)
+    try:
+        ensure_schema(embedded)
+        client = _ServerShapedClient(embedded.client, tmp_path / "bodies")
+        yield Store(parse_dsn("http://default@clickhouse.test:8123/default"), client, shares=embedded)
+    finally:
+        embedded.close()
+
+
+def test_one_mapping_select_for_both_sources() -> None:
+    for json in (False, True):
+        embedded, server = mapping_select(FILE_SOURCE, json), mapping_select(INPUT_SOURCE, json)
+        assert embedded.count(FILE_SOURCE) == server.count(INPUT_SOURCE) == 1
+        assert server.replace(INPUT_SOURCE, FILE_SOURCE) == embedded
+
+
+def test_server_path_sends_the_batch_as_the_body_with_an_inline_schema(server_store: Store) -> None:
+    assert NativeInserter.supported(server_store)
+    plain, expected = make_request(4, seed=21)
+    nested, expected_nested = make_request(2, seed=22)
+    nested.resource_spans[0].scope_spans[0].spans[1].attributes.append(kv("tiny", 2.5e-9))
+    inserter = NativeInserter(server_store)
+    inserter.insert([plain.SerializeToString(), nested.SerializeToString()])
+    assert inserter.python_requests == 1
+    client = server_store.client
+    assert isinstance(client, _ServerShapedClient)
+    ((sql, params, settings, body),) = client.sent
+    assert "FROM input({structure:String})" in sql and sql.endswith("FORMAT Protobuf")
+    assert params["python"] == [1]
+    assert settings["format_schema_source"] == "string"
+    assert settings["format_schema_message_name"] == "Request"
+    assert "message Request" in settings["format_schema"]
+    assert plain.SerializeToString() in body and nested.SerializeToString() in body
+    stored = read_spans(server_store)
+    assert sorted(stored.column("SpanId").to_pylist()) == sorted(
+        e.span_id for e in expected + expected_nested
+    )
+
+
+def test_server_path_maps_like_python(server_store: Store) -> None:
+    rnd = random.Random(20261203)
+    bodies = [native_sample()]
+    for n in range(8):
+        request, _ = make_request(6, seed=300 + n, attributes=0)
+        for span in request.resource_spans[0].scope_spans[0].spans:
+            span.attributes.extend(kv(f"k{i}", _random_value(rnd)) for i in range(rnd.randrange(10)))
+        bodies.append(request.SerializeToString())
+    assert self_test(server_store, bodies) is None
+
+
+def test_server_pipeline_takes_raw_requests(server_store: Store, tmp_path: Path) -> None:
+    pipeline = IngestPipeline(server_store, PipelineSettings(flush_interval_s=0.05, spool_dir=tmp_path / "s"))
+    pipeline.start()
+    try:
+        assert pipeline.accepts_raw
+        request, _ = make_request(5, seed=31)
+        assert pipeline.submit_raw(request.SerializeToString(), 5).ok
+        assert pipeline.flush(10)
+    finally:
+        pipeline.stop()
+    expected = request_to_arrow(request).table.sort_by("SpanId")
+    stored = read_spans(server_store).sort_by("SpanId")
+    for name in ("TraceId", "SpanId", "SpanAttributes", "ResourceAttributes", "Duration", "SpanKind"):
+        assert stored.column(name).to_pylist() == expected.column(name).to_pylist()
+
+
+def test_python_check_agrees_with_the_sql_scan(store: Store, tmp_path: Path) -> None:
+    # The server path decides in Python which requests the Python mapping takes; the embedded path
+    # asks ClickHouse. Both must pick the same requests.
+    rnd = random.Random(7)
+    bodies = [native_sample()]
+    for n in range(40):
+        request, _ = make_request(2, seed=400 + n, attributes=0)
+        span = request.resource_spans[0].scope_spans[0].spans[n % 2]
+        target = [request.resource_spans[0].resource.attributes, span.attributes]
+        target.append(span.events.add(time_unix_nano=span.start_time_unix_nano, name="e").attributes)
+        target.append(span.links.add(trace_id=b"\x05" * 16, span_id=b"\x06" * 8).attributes)
+        kind = rnd.randrange(4)
+        if kind == 0:
+            value = kv("v", _random_value(rnd))
+        elif kind == 1:
+            value = kv("v", rnd.choice([1e-7, 1e21, -1e22, 1e-6, 5e20, float("nan"), float("inf"), 0.0]))
+        else:
+            value = kv("v", 1)
+            value.value.ClearField("int_value")
+            if kind == 2:
+                value.value.array_value.values.add(int_value=1)
+            else:
+                value.value.kvlist_value.values.add(key="k", value=AnyValue(string_value="x"))
+        target[rnd.randrange(4)].append(value)
+        bodies.append(request.SerializeToString())
+    path = tmp_path / "batch.binpb"
+    path.write_bytes(_records(bodies))
+    inserter = NativeInserter(store, tmp_path)
+    rows = store.query_rows(
+        _FALLBACK,
+        {"path": str(path), "structure": _CHECK_STRUCTURE},
+        settings={
+            "input_format_protobuf_oneof_presence": 1,
+            "format_schema": f"{inserter._schema_file()}:Request",
+        },
+    )
+    by_sql = sorted(int(r[0]) for r in rows)
+    by_python = [
+        i for i, b in enumerate(bodies) if needs_python_mapping(ExportTraceServiceRequest.FromString(b))
+    ]
+    assert by_python == by_sql
+    assert 0 < len(by_sql) < len(bodies)

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pytest
 
-from collectors.schema import TRACES_ARROW_SCHEMA, TRACES_MIGRATIONS
+from collectors.layout import inspect_traces
+from collectors.schema import NOT_CREATED, TRACES_ARROW_SCHEMA, TRACES_MIGRATIONS
 from collectors.spans import SpanEvent, SpanLink, SpanRow, insert_spans, read_spans
-from storage import DDLContext, Store, apply_schema, render_ddl
+from storage import DDLContext, SchemaError, Store, apply_schema, migration_state, render_ddl
+from tests.collectors.tables import create_variant
 
 EXPECTED_COLUMNS = [
     ("Timestamp", "DateTime64(9)"),
@@ -37,25 +40,36 @@ EXPECTED_COLUMNS = [
 
 def test_otel_traces_has_the_collector_columns_types_and_layout(store: Store) -> None:
     rows = store.query_rows(
-        "SELECT name, type, compression_codec FROM system.columns "
+        "SELECT name, type, compression_codec, default_kind, comment FROM system.columns "
         "WHERE database = {db:String} AND table = 'otel_traces' ORDER BY position",
         {"db": store.database},
     )
-    assert [(n, t) for n, t, _ in rows] == EXPECTED_COLUMNS
-    codecs = {n: c for n, _, c in rows}
+    stored = [(n, t) for n, t, _, kind, _ in rows if kind != "ALIAS"]
+    assert stored == EXPECTED_COLUMNS
+    aliases = [n for n, _, _, kind, _ in rows if kind == "ALIAS"]
+    assert aliases == ["ResourceAttributeItems", "SpanAttributeItems"]
+    codecs = {n: c for n, _, c, kind, _ in rows if kind != "ALIAS"}
     assert codecs["Timestamp"] == "CODEC(Delta(8), ZSTD(1))"
-    assert all(c == "CODEC(ZSTD(1))" for n, c in codecs.items() if n != "Timestamp")
+    assert codecs["Duration"] == "CODEC(T64, ZSTD(1))"
+    assert all(c == "CODEC(ZSTD(1))" for n, c in codecs.items() if n not in ("Timestamp", "Duration"))
+    assert all(comment for *_, comment in rows)
     create = store.query_value("SHOW CREATE TABLE otel_traces")
     assert "PARTITION BY toDate(Timestamp)" in create
-    assert "ORDER BY (ServiceName, SpanName, toDateTime(Timestamp))" in create
+    assert "PRIMARY KEY (ServiceName, SpanName, toDateTime(Timestamp))" in create
+    assert "ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)" in create
     assert "ttl_only_drop_parts = 1" in create
+    # The embedded engine is newer than 26.2: the exporter's full-text indexes.
     for index in (
-        "INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1",
-        "INDEX idx_span_attr_value mapValues(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1",
+        "INDEX idx_trace_id TraceId TYPE text(tokenizer = 'array')",
+        "INDEX idx_span_attr_items SpanAttributeItems TYPE text(tokenizer = 'array')",
         "INDEX idx_duration Duration TYPE minmax GRANULARITY 1",
+        "INDEX idx_lower_span_name lower(SpanName) TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8",
     ):
         assert index in create
-    assert [n for n, _, _ in rows] == [f.name for f in TRACES_ARROW_SCHEMA]
+    assert [n for n, _ in stored] == [f.name for f in TRACES_ARROW_SCHEMA]
+    lookup = store.query_value("SHOW CREATE TABLE otel_traces_trace_id_ts")
+    assert "AggregatingMergeTree" in lookup and "PARTITION BY toStartOfWeek(Start)" in lookup
+    assert "SimpleAggregateFunction(min, DateTime)" in lookup and "ttl_only_drop_parts = 1" in lookup
 
 
 def test_applying_twice_is_a_no_op(raw_store: Store) -> None:
@@ -165,10 +179,106 @@ def test_read_spans_window_is_half_open(store: Store) -> None:
 def test_cluster_ddl_has_on_cluster_replicated_engines_and_distributed_tables() -> None:
     ddl = render_ddl(list(TRACES_MIGRATIONS), DDLContext(cluster="prod", ttl_days=14))
     assert "ON CLUSTER `prod`" in ddl
-    assert "ReplicatedMergeTree(" in ddl
+    assert "ReplicatedMergeTree(" in ddl and "ReplicatedAggregatingMergeTree(" in ddl
     assert "ENGINE = Distributed(`prod`, `default`, `otel_traces_local`, cityHash64(TraceId))" in ddl
     assert "TTL toDateTime(Timestamp) + toIntervalDay(14)" in ddl
     assert "FROM `default`.`otel_traces_local`" in ddl  # the view reads the shard-local table
     single = render_ddl(list(TRACES_MIGRATIONS), DDLContext())
     assert "ON CLUSTER" not in single and "Distributed" not in single and "Replicated" not in single
     assert "TTL" not in single
+
+
+def test_collector_cluster_layout_makes_every_table_under_its_own_name() -> None:
+    ctx = DDLContext(cluster="prod", cluster_layout="collector")
+    ddl = render_ddl(list(TRACES_MIGRATIONS), ctx)
+    assert "_local" not in ddl and "Distributed" not in ddl
+    assert "CREATE TABLE IF NOT EXISTS `default`.`otel_traces` ON CLUSTER `prod`" in ddl
+    assert "ENGINE = ReplicatedMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')" in ddl
+    assert "ENGINE = ReplicatedAggregatingMergeTree(" in ddl
+    # The lookup's view reads the span table itself, as the Collector's does on a cluster.
+    assert "TO `default`.`otel_traces_trace_id_ts`\nAS SELECT" in ddl
+    assert "FROM `default`.`otel_traces`\nWHERE TraceId != ''" in ddl
+
+
+def test_ttl_is_rendered_in_the_largest_unit_that_divides_it() -> None:
+    def clause(ttl: timedelta) -> str:
+        return DDLContext(ttl=ttl).ttl_clause("Timestamp").strip()
+
+    assert clause(timedelta(hours=36)) == "TTL toDateTime(Timestamp) + toIntervalHour(36)"
+    assert clause(timedelta(minutes=30)) == "TTL toDateTime(Timestamp) + toIntervalMinute(30)"
+    assert clause(timedelta(days=7)) == "TTL toDateTime(Timestamp) + toIntervalDay(7)"
+    assert clause(timedelta(hours=72)) == "TTL toDateTime(Timestamp) + toIntervalDay(3)"
+    assert DDLContext(ttl_days=7).ttl_clause("Start").strip() == "TTL toDateTime(Start) + toIntervalDay(7)"
+    with pytest.raises(SchemaError, match="whole minutes"):
+        DDLContext(ttl=timedelta(seconds=90))
+    with pytest.raises(SchemaError, match="once"):
+        DDLContext(ttl=timedelta(hours=1), ttl_days=1)
+
+
+def test_text_indexes_only_for_servers_that_have_them() -> None:
+    old = render_ddl(list(TRACES_MIGRATIONS), DDLContext(server_version=(25, 8)))
+    new = render_ddl(list(TRACES_MIGRATIONS), DDLContext(server_version=(26, 2)))
+    unknown = render_ddl(list(TRACES_MIGRATIONS), DDLContext())
+    assert "TYPE text(" not in old and "TYPE text(" not in unknown
+    assert "idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01)" in old
+    assert "idx_res_attr_items ResourceAttributeItems TYPE text(tokenizer = 'array')" in new
+    assert "bloom_filter" not in new.split("-- collectors v2")[0]
+    for ddl in (old, new):
+        assert "idx_lower_span_name lower(SpanName) TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8" in ddl
+        assert "SpanAttributeItems Array(String) ALIAS arrayMap(" in ddl
+
+
+def test_json_variant_ddl_enables_the_json_type_only_where_needed() -> None:
+    json_ddl = render_ddl(list(TRACES_MIGRATIONS), DDLContext(variant="json", server_version=(25, 3)))
+    assert "ResourceAttributes JSON COMMENT" in json_ddl and "Attributes JSON\n" in json_ddl
+    table_ddl = json_ddl.split("-- collectors v2")[0]
+    assert "AttributeItems" not in json_ddl and "idx_span_attr_value" not in table_ddl
+    # The key lists the exporter writes beside each map, filled from the JSON paths by default.
+    assert "SpanAttributesKeys Array(LowCardinality(String)) DEFAULT JSONAllPaths(SpanAttributes)" in table_ddl
+    assert "INDEX idx_span_attr_keys SpanAttributesKeys TYPE bloom_filter(0.01) GRANULARITY 1" in table_ddl
+    assert "ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)" in json_ddl
+    assert "enable_json_type" not in json_ddl
+    older = render_ddl(list(TRACES_MIGRATIONS), DDLContext(variant="json", server_version=(24, 8)))
+    assert "SETTINGS index_granularity = 8192, ttl_only_drop_parts = 1, enable_json_type = 1" in older
+
+
+def test_a_span_table_made_elsewhere_is_found_and_gets_no_view_without_consent(raw_store: Store) -> None:
+    create_variant(raw_store, "clickstack")
+    report = apply_schema(raw_store, TRACES_MIGRATIONS)
+    assert report.found == ["collectors v1 otel_traces"] and report.applied == []
+    assert report.skipped == [f"collectors v2 otel_traces_trace_id_ts: {NOT_CREATED}"]
+    assert "rerun with --yes" in NOT_CREATED
+    assert not raw_store.table_exists("otel_traces_trace_id_ts_mv")
+    assert migration_state(raw_store, "collectors", 1) == "found"
+    assert migration_state(raw_store, "collectors", 2) is None
+    assert inspect_traces(raw_store, refresh=True).created_by_tailwatch is False
+    # Asked again (a later run): still skipped, still unrecorded.
+    assert apply_schema(raw_store, TRACES_MIGRATIONS).skipped == report.skipped
+
+    consented = apply_schema(raw_store, TRACES_MIGRATIONS, alter_foreign=True)
+    assert consented.applied == ["collectors v2 otel_traces_trace_id_ts"]
+    assert raw_store.table_exists("otel_traces_trace_id_ts_mv")
+    insert_spans(raw_store, [_span()])
+    assert raw_store.query_value("SELECT count() FROM otel_traces_trace_id_ts") == 1
+    assert inspect_traces(raw_store, refresh=True).created_by_tailwatch is False
+
+
+def test_lookup_made_by_the_collector_is_found_too(raw_store: Store) -> None:
+    create_variant(raw_store, "collector_2026")
+    report = apply_schema(raw_store, TRACES_MIGRATIONS)
+    assert report.found == ["collectors v1 otel_traces", "collectors v2 otel_traces_trace_id_ts"]
+    assert report.skipped == [] and report.applied == []
+    assert migration_state(raw_store, "collectors", 2) == "found"
+
+
+def test_tables_tailwatch_creates_are_recorded_as_its_own(store: Store) -> None:
+    assert migration_state(store, "collectors", 1) == "applied"
+    layout = inspect_traces(store, refresh=True)
+    assert layout.created_by_tailwatch and layout.variant == "collector-2026"
+
+
+def test_json_variant_creates_a_table_read_as_collector_json(raw_store: Store) -> None:
+    apply_schema(raw_store, TRACES_MIGRATIONS, context=DDLContext(variant="json"))
+    layout = inspect_traces(raw_store, refresh=True)
+    assert layout.variant == "collector-json" and layout.json and layout.created_by_tailwatch
+    assert layout.trace_id_lookup == "otel_traces_trace_id_ts (AggregatingMergeTree)"
