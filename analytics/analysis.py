@@ -82,6 +82,7 @@ from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
     RETRY_HOPS_SCHEMA,
     retry_metrics,
+    with_baseline,
     workflow_spans,
     workflows_from_spans,
 )
@@ -276,6 +277,9 @@ class Analysis:
                     "attempt_amplification": row["attempt_amplification"],
                     "token_amplification": row["token_amplification"],
                     "modeled_amplification": row["modeled_amplification"],
+                    "baseline_runs": row["baseline_runs"],
+                    "baseline_attempt_amplification": row["baseline_attempt_amplification"],
+                    "baseline_token_amplification": row["baseline_token_amplification"],
                 }
             )
         attribution_out = []
@@ -416,6 +420,10 @@ def analyze(
     length just before ``start``). Datetimes must be timezone-aware."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
+    # The baseline window on its own, for the metrics read per window (jobs, workflow runs).
+    baseline = Windows(
+        windows.baseline_start, windows.baseline_end, windows.baseline_start, windows.baseline_end
+    )
     every = series_every(windows.start, windows.end, conv.series_buckets)
     # The store answers one query at a time: one thread runs the reductions in order while this one
     # does the Polars work on what has arrived, so the two overlap and the store never waits for
@@ -427,7 +435,12 @@ def analyze(
         llm_spans_f = sql.submit(fetch_llm_spans, store, windows, conv)
         # The workflow spans come with the LLM-span read; the store's thread picks them out (a few
         # ms) so that the trace-spans query queued after it starts at once.
-        workflows_f = sql.submit(lambda: workflows_from_spans(llm_spans_f.result(), windows))
+        workflows_f = sql.submit(
+            lambda: (
+                workflows_from_spans(llm_spans_f.result(), windows),
+                workflows_from_spans(llm_spans_f.result(), baseline),
+            )
+        )
         # Duplicates are dropped here rather than on the SQL thread, so the next query starts at once
         # (the first row of each key, the row order kept: see first_of_each).
         roots = first_of_each(roots_f.result(), "trace_key")
@@ -441,7 +454,7 @@ def analyze(
             lambda: fetch_trace_spans(
                 store,
                 tails,
-                workflows_f.result(),
+                pl.concat(workflows_f.result()),
                 windows,
                 conv,
                 boundaries=boundary_traces(llm_spans_f.result(), roots["trace_key"]),
@@ -457,6 +470,7 @@ def analyze(
         )
         flags_f = sql.submit(fetch_flag_evaluations, store, windows, conv)
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
+        baseline_jobs_f = sql.submit(fetch_jobs, store, baseline, conv)
         buckets = abandonment(rows, conv)
         buckets_summary = abandonment_summary(rows, buckets, conv)
 
@@ -484,7 +498,12 @@ def analyze(
         # The critical-path walk is Python (it holds the interpreter) and the retry metrics are Polars
         # (they release it): run side by side, they keep both cores busy once the store is idle.
         walk_f = walk.submit(_attribution, requests, tails, trace_spans, conv)
-        hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows_f.result(), windows, conv))
+        workflows, baseline_workflows = workflows_f.result()
+        hops, amplification = retry_metrics(workflow_spans(trace_spans, workflows, windows, conv))
+        _, baseline_amplification = retry_metrics(
+            workflow_spans(trace_spans, baseline_workflows, baseline, conv)
+        )
+        amplification = with_baseline(amplification, baseline_amplification)
         release_rows = releases(requests, release_times_f.result(), conv)
         # The counterfactual's union of call intervals while the walk runs; the walked tail traces'
         # critical paths refine it after.
@@ -502,6 +521,7 @@ def analyze(
         )
         evaluations = flags_f.result()
         jobs = jobs_f.result()
+        baseline_jobs = baseline_jobs_f.result()
         slice_rows = slices(current, evaluations, jobs, conv)
         signals = llm_signals(causes, signal_counts(calls))
     finally:
@@ -513,9 +533,9 @@ def analyze(
         releases=release_rows,
         release_coupling=release_coupling(release_rows, conv),
         hot_path_series=hot_series,
-        cold_path=cold_path_summary(jobs, conv),
+        cold_path=cold_path_summary(jobs, conv, baseline_jobs),
         cold_path_series=cold_path_series(jobs, every),
-        cold_path_cdf=cold_path_cdf(jobs, conv.cdf_points),
+        cold_path_cdf=cold_path_cdf(jobs, conv.cdf_points, baseline_jobs),
         abandonment=buckets,
         abandonment_summary=buckets_summary,
         retry_hops=hops,

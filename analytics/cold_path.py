@@ -79,7 +79,16 @@ COLD_PATH_SCHEMA: dict[str, Any] = {
     "starved": pl.Boolean,
     "runs": pl.Int64,
     "retried_jobs": pl.Int64,  # jobs that ran more than once
+    # The same queue over the baseline window (null where it enqueued nothing then).
+    "baseline_jobs": pl.Int64,
+    "baseline_p50_s": pl.Float64,
+    "baseline_p99_s": pl.Float64,
+    "baseline_queue_wait_p99_s": pl.Float64,
+    "baseline_processing_p99_s": pl.Float64,
 }
+
+# The summary's own columns, before the baseline's are joined on.
+_SUMMARY_COLUMNS = [c for c in COLD_PATH_SCHEMA if not c.startswith("baseline_")]
 
 COLD_PATH_SERIES_SCHEMA: dict[str, Any] = {
     "queue": pl.String,
@@ -97,6 +106,7 @@ COLD_PATH_CDF_SCHEMA: dict[str, Any] = {
     "queue": pl.String,
     "enqueue_to_ready_s": pl.Float64,
     "cdf": pl.Float64,
+    "window": pl.String,  # "current" or "baseline"
 }
 
 
@@ -263,8 +273,30 @@ def jobs_from_raw(frame: pl.DataFrame) -> pl.DataFrame:
     ).cast(pl.Schema(JOBS_SCHEMA))
 
 
-def cold_path_summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
-    """Per queue: jobs, completed, pending, enqueue-to-ready percentiles, starvation. Pure."""
+def cold_path_summary(
+    jobs: pl.DataFrame, conventions: Conventions, baseline_jobs: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """Per queue: jobs, completed, pending, enqueue-to-ready percentiles, starvation, and the same
+    queue's jobs and percentiles over the baseline window (``baseline_jobs``, enqueued then). Pure."""
+    current = _summary(jobs, conventions)
+    base = _summary(baseline_jobs, conventions) if baseline_jobs is not None else empty(COLD_PATH_SCHEMA)
+    base = base.select(
+        "queue",
+        pl.col("jobs").alias("baseline_jobs"),
+        pl.col("p50_s").alias("baseline_p50_s"),
+        pl.col("p99_s").alias("baseline_p99_s"),
+        pl.col("queue_wait_p99_s").alias("baseline_queue_wait_p99_s"),
+        pl.col("processing_p99_s").alias("baseline_processing_p99_s"),
+    )
+    return (
+        current.select(_SUMMARY_COLUMNS)
+        .join(base, on="queue", how="left")
+        .sort("queue")
+        .select(list(COLD_PATH_SCHEMA))
+    )
+
+
+def _summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     if jobs.is_empty():
         return empty(COLD_PATH_SCHEMA)
     q = {"p50_s": 0.5, "p95_s": 0.95, "p99_s": 0.99, "p999_s": 0.999}
@@ -288,7 +320,13 @@ def cold_path_summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFr
             (pl.col("p99_over_p50") > conventions.starvation_ratio).fill_null(False).alias("starved")
         )
     )
-    return frame.sort("queue").select(list(COLD_PATH_SCHEMA))
+    return (
+        frame.sort("queue")
+        .select(_SUMMARY_COLUMNS)
+        .with_columns(
+            pl.lit(None, COLD_PATH_SCHEMA[c]).alias(c) for c in COLD_PATH_SCHEMA if c.startswith("baseline_")
+        )
+    )
 
 
 def cold_path_series(jobs: pl.DataFrame, every: timedelta) -> pl.DataFrame:
@@ -312,10 +350,22 @@ def cold_path_series(jobs: pl.DataFrame, every: timedelta) -> pl.DataFrame:
     )
 
 
-def cold_path_cdf(jobs: pl.DataFrame, points: int) -> pl.DataFrame:
+def cold_path_cdf(jobs: pl.DataFrame, points: int, baseline_jobs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per queue, the empirical CDF of enqueue-to-ready at ≤ ``points`` ranks, always including the
     fastest and the slowest job. Ranks are spaced evenly in log(1 − F) beyond the median so the
-    tail — where starvation shows — keeps its resolution. Pure."""
+    tail — where starvation shows — keeps its resolution. With ``baseline_jobs``, the baseline
+    window's CDF too (``window`` "baseline"), for the queues of the current window. Pure."""
+    current = _cdf(jobs, points, "current")
+    if baseline_jobs is None or current.is_empty():
+        return current
+    queues = current["queue"].unique().implode()
+    baseline = _cdf(baseline_jobs.filter(pl.col("queue").is_in(queues)), points, "baseline")
+    return pl.concat([current, baseline]).sort(
+        "window", "queue", "enqueue_to_ready_s", descending=[True, False, False]
+    )
+
+
+def _cdf(jobs: pl.DataFrame, points: int, window: str) -> pl.DataFrame:
     frames: list[pl.DataFrame] = []
     completed = jobs.filter(pl.col("enqueue_to_ready_s").is_not_null())
     for (queue,), group in completed.group_by("queue", maintain_order=True):
@@ -335,6 +385,7 @@ def cold_path_cdf(jobs: pl.DataFrame, points: int) -> pl.DataFrame:
                     "queue": [str(queue)] * ranks.size,
                     "enqueue_to_ready_s": values[ranks],
                     "cdf": (ranks + 1) / n,
+                    "window": [window] * ranks.size,
                 },
                 schema=COLD_PATH_CDF_SCHEMA,
             )

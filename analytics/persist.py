@@ -124,7 +124,22 @@ def _hot_path_sample(ctx: DDLContext) -> list[str]:
     return [f"ALTER TABLE {ctx.name(history_table('hot_path'))}{ctx.on_cluster} {adds}"]
 
 
-# Versions 1-3 and 7-9 of the analytics component (analytics.schema holds the others).
+def _baselines(ctx: DDLContext) -> list[str]:
+    # Tables made before the cold path and retry amplification carried their baseline window's
+    # figures. Old rows read these as null.
+    statements = []
+    for frame in ("cold_path", "retry_amplification"):
+        schema = FRAME_SCHEMAS[frame]
+        adds = ", ".join(
+            f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(t)}"
+            for c, t in schema.items()
+            if c.startswith("baseline_")
+        )
+        statements.append(f"ALTER TABLE {ctx.name(history_table(frame))}{ctx.on_cluster} {adds}")
+    return statements
+
+
+# Versions 1-3 and 7-10 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
@@ -132,6 +147,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(7, "tailwatch_analysis_cold_path runs", _cold_path_runs),
     migration(8, "tailwatch_analysis_retry_amplification exemplar", _retry_exemplar),
     migration(9, "tailwatch_analysis_hot_path sample size", _hot_path_sample),
+    migration(10, "tailwatch_analysis_cold_path and _retry_amplification baselines", _baselines),
 )
 register_migrations(MIGRATIONS)
 

@@ -138,6 +138,8 @@ def _cold_path(data: dict[str, Any]) -> list[str]:
             "proc p99",
             "p99/p50",
             "starved",
+            "base jobs",
+            "base p99",
         ],
         [
             [
@@ -152,6 +154,8 @@ def _cold_path(data: dict[str, Any]) -> list[str]:
                 _fmt(c["processing_p99_s"], 2),
                 _fmt(c["p99_over_p50"]),
                 _fmt(c["starved"]),
+                _fmt(c["baseline_jobs"]),
+                _fmt(c["baseline_p99_s"], 2),
             ]
             for c in data["cold_path"]
         ],
@@ -180,7 +184,8 @@ def _retries(data: dict[str, Any]) -> list[str]:
         out.append(
             f"{r['workflow']}  runs={r['runs']}  attempts×{_fmt(r['attempt_amplification'], 3)}  "
             f"tokens×{_fmt(r['token_amplification'], 3)}  "
-            f"modeled×{_fmt(r['modeled_amplification'], 3)}  [{hops}]"
+            f"modeled×{_fmt(r['modeled_amplification'], 3)}  "
+            f"baseline attempts×{_fmt(r['baseline_attempt_amplification'], 3)}  [{hops}]"
         )
     return out
 

@@ -44,6 +44,7 @@ __all__ = [
     "WORKFLOW_SPANS_SCHEMA",
     "fetch_workflows",
     "retry_metrics",
+    "with_baseline",
     "workflow_spans",
     "workflows_from_spans",
 ]
@@ -81,6 +82,10 @@ RETRY_AMPLIFICATION_SCHEMA: dict[str, Any] = {
     "token_amplification": pl.Float64,
     "modeled_amplification": pl.Float64,
     "exemplar_trace_id": pl.String,  # the most retried run ('' when none was retried)
+    # The same workflow over the baseline window (null where it did not run then).
+    "baseline_runs": pl.Int64,
+    "baseline_attempt_amplification": pl.Float64,
+    "baseline_token_amplification": pl.Float64,
 }
 
 _MAX_DEPTH = 64
@@ -191,9 +196,28 @@ def _exemplars(calls: pl.DataFrame, trace_ids: pl.DataFrame) -> dict[str, str]:
     return {str(w): str(t) for w, t in best.iter_rows()}
 
 
+def with_baseline(amplification: pl.DataFrame, baseline: pl.DataFrame) -> pl.DataFrame:
+    """``amplification`` (of the current window) with each workflow's runs and amplifications over
+    the baseline window, from ``baseline`` (:func:`retry_metrics` of the baseline's workflows). Pure."""
+    base = baseline.select(
+        "workflow",
+        pl.col("runs").alias("baseline_runs"),
+        pl.col("attempt_amplification").alias("baseline_attempt_amplification"),
+        pl.col("token_amplification").alias("baseline_token_amplification"),
+    )
+    own = [c for c in RETRY_AMPLIFICATION_SCHEMA if not c.startswith("baseline_")]
+    return (
+        amplification.select(own)
+        .join(base, on="workflow", how="left")
+        .sort("workflow")
+        .select(list(RETRY_AMPLIFICATION_SCHEMA))
+    )
+
+
 def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(retry_hops, retry_amplification) from the spans of workflow traces. Pure. Without a
-    ``trace_id`` column every ``exemplar_trace_id`` is ''."""
+    ``trace_id`` column every ``exemplar_trace_id`` is ''. The baseline columns are null (see
+    :func:`with_baseline`)."""
     # Only root spans carry the id: one row per trace that has one.
     trace_ids = (
         spans.filter(pl.col("trace_id") != "")
@@ -276,6 +300,9 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
                 "token_amplification": tokens_total / final_tokens if final_tokens else None,
                 "modeled_amplification": math.prod(1.0 + r for r in group["retry_rate"].to_list()),
                 "exemplar_trace_id": exemplars.get(str(workflow), ""),
+                "baseline_runs": None,
+                "baseline_attempt_amplification": None,
+                "baseline_token_amplification": None,
             }
         )
     amplification = pl.DataFrame(rows, schema=RETRY_AMPLIFICATION_SCHEMA).sort("workflow")

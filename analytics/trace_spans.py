@@ -93,7 +93,8 @@ def _by_floors(table: str) -> str:
     UNION ALL
     SELECT cityHash64(TraceId) FROM {table}
     PREWHERE {{workflows:Bool}} AND {MAYBE_WORKFLOW}
-    WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}} AND {IS_WORKFLOW}
+    WHERE ((Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e:DateTime64(9)}})
+        OR (Timestamp >= {{bs:DateTime64(9)}} AND Timestamp < {{be:DateTime64(9)}})) AND {IS_WORKFLOW}
     UNION ALL
     SELECT cityHash64(TraceId) FROM {table}
     PREWHERE {{boundaries:Bool}} AND ParentSpanId != '' AND {MAYBE_BOUNDARY}
@@ -114,8 +115,8 @@ def trace_spans_sql(table: str, key_set: str | None) -> str:
     :meth:`storage.Store.key_set`): the traces whose ``cityHash64(TraceId)`` is in it.
     Otherwise the query chooses them itself: the hot-path requests at or above their
     (service, operation, window)'s duration floor and, with ``{workflows}``, the traces with a
-    workflow span in the current window and, with ``{boundaries}``, the traces with a cold-path
-    boundary below their root — a list of every workflow trace of a day would exceed what a
+    workflow span in the current or the baseline window and, with ``{boundaries}``, the traces
+    with a cold-path boundary below their root — a list of every workflow trace of a day would exceed what a
     ClickHouse server accepts as a query parameter, and re-reading the roots costs more than
     handing the keys to the embedded engine.
     """

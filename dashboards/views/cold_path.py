@@ -1,6 +1,9 @@
 """Cold path: enqueue-to-ready per queue over time, its distribution, queue wait vs processing, backlog.
 
-Latency is in seconds; the time series and the distribution are on log scales.
+Latency is in seconds; the time series and the distribution are on log scales. Each panel shows the
+baseline window beside the current one: the queue's baseline p99 across the time series (dotted),
+its baseline distribution (dotted) and its baseline wait and processing p99 (pale bars), so a
+queue that got slower stands out from one that was always slow.
 """
 
 from __future__ import annotations
@@ -36,9 +39,9 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
         rows=2,
         cols=2,
         subplot_titles=[
-            "Enqueue-to-ready over time: p99 solid, p50 dashed (s, log)",
-            "Enqueue-to-ready distribution (CDF, log x)",
-            "Queue wait vs processing, p99 (s)",
+            "Enqueue-to-ready over time: p99 solid, p50 dashed, baseline p99 dotted (s, log)",
+            "Enqueue-to-ready distribution (CDF, log x): baseline dotted",
+            "Queue wait vs processing, p99 (s): baseline pale",
             "Pending backlog (jobs not ready)",
         ],
         vertical_spacing=0.16,
@@ -73,24 +76,52 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
                 row=1,
                 col=1,
             )
-        cdf = cdf_all.filter(pl.col("queue") == queue).sort("enqueue_to_ready_s")
-        fig.add_trace(
-            go.Scatter(
-                x=cdf["enqueue_to_ready_s"].to_list(),
-                y=cdf["cdf"].to_list(),
-                mode="lines",
-                name=name,
-                legendgroup=f"q{i}",
-                showlegend=False,
-                line={"color": colour, "shape": "hv"},
-                customdata=[[name]] * cdf.height,
-                hovertemplate=(
-                    "%{customdata[0]}<br>%{y:.1%} of jobs ready within %{x:,.2f} s<extra></extra>"
+        row = summary.filter(pl.col("queue") == queue).row(0, named=True)
+        if row["baseline_p99_s"] is not None and series.height:
+            # The baseline p99 across the panel: the level the current p99 is read against.
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[0], x[-1]],
+                    y=[row["baseline_p99_s"]] * 2,
+                    mode="lines",
+                    name=name,
+                    legendgroup=f"q{i}",
+                    showlegend=False,
+                    line={"color": colour, "dash": "dot", "width": 1.5},
+                    customdata=[[name, row["baseline_jobs"]]] * 2,
+                    hovertemplate=(
+                        "%{customdata[0]}<br>baseline p99 %{y:,.2f} s (%{customdata[1]:,} jobs)"
+                        "<extra></extra>"
+                    ),
                 ),
-            ),
-            row=1,
-            col=2,
-        )
+                row=1,
+                col=1,
+            )
+        for window, dash, opacity in (("current", "solid", 1.0), ("baseline", "dot", 0.7)):
+            cdf = cdf_all.filter((pl.col("queue") == queue) & (pl.col("window") == window)).sort(
+                "enqueue_to_ready_s"
+            )
+            if not cdf.height:
+                continue
+            fig.add_trace(
+                go.Scatter(
+                    x=cdf["enqueue_to_ready_s"].to_list(),
+                    y=cdf["cdf"].to_list(),
+                    mode="lines",
+                    name=name,
+                    legendgroup=f"q{i}",
+                    showlegend=False,
+                    opacity=opacity,
+                    line={"color": colour, "shape": "hv", "dash": dash},
+                    customdata=[[name, window]] * cdf.height,
+                    hovertemplate=(
+                        "%{customdata[0]} (%{customdata[1]})<br>%{y:.1%} of jobs ready within %{x:,.2f} s"
+                        "<extra></extra>"
+                    ),
+                ),
+                row=1,
+                col=2,
+            )
         fig.add_trace(
             go.Scatter(
                 x=x,
@@ -123,10 +154,32 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
         "%{customdata[4]:,} pending<br>enqueue-to-ready p50 %{customdata[5]:,.2f} s, "
         "p99 %{customdata[6]:,.2f} s<extra></extra>"
     )
+    has_baseline = shown["baseline_jobs"].is_not_null().any()
     for column, label, colour in (
         ("queue_wait_p99_s", "queue wait p99", style.QUEUE_WAIT),
         ("processing_p99_s", "processing p99", style.QUEUE_PROCESSING),
     ):
+        if has_baseline:
+            # Each bar's baseline beside it, pale: what the queue's wait and processing were.
+            fig.add_trace(
+                go.Bar(
+                    x=labels,
+                    y=shown[f"baseline_{column}"].to_list(),
+                    name=f"{label}, baseline",
+                    legendgroup=column,
+                    marker={"color": colour},
+                    opacity=0.35,
+                    customdata=[
+                        [lbl, n] for lbl, n in zip(labels, shown["baseline_jobs"].to_list(), strict=True)
+                    ],
+                    hovertemplate=(
+                        "%{customdata[0]}<br>baseline " + label + " %{y:,.2f} s (%{customdata[1]:,} jobs)"
+                        "<extra></extra>"
+                    ),
+                ),
+                row=2,
+                col=1,
+            )
         fig.add_trace(
             go.Bar(
                 x=labels,
@@ -141,7 +194,12 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
             col=1,
         )
     for label, verdict, r in zip(labels, verdicts, shown.iter_rows(named=True), strict=True):
-        top = max(r["queue_wait_p99_s"] or 0.0, r["processing_p99_s"] or 0.0)
+        top = max(
+            r["queue_wait_p99_s"] or 0.0,
+            r["processing_p99_s"] or 0.0,
+            r["baseline_queue_wait_p99_s"] or 0.0,
+            r["baseline_processing_p99_s"] or 0.0,
+        )
         xref, yref = axis_refs(fig, 2, 1)
         fig.add_annotation(
             x=label,

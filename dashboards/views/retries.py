@@ -1,4 +1,8 @@
-"""Retries: retry rate per hop, amplification compounding across hops vs observed, token amplification."""
+"""Retries: retry rate per hop, amplification compounding across hops vs observed, token amplification.
+
+The observed amplification stands beside the baseline window's, so a retry storm reads as a change
+from the workflow's usual level, not as a number on its own.
+"""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ def retries_figure(analysis: Analysis) -> go.Figure:
         subplot_titles=[
             "Retry rate per hop",
             "Cumulative amplification across hops: model ∏(1+r) dashed, observed ◆",
-            "Attempts: observed vs the compounding model",
+            "Attempts per logical call: baseline, observed, the compounding model",
             "Token amplification (tokens over all attempts / final attempts)",
         ],
         vertical_spacing=0.26,  # long hop names are drawn slanted under the first row
@@ -111,7 +115,12 @@ def retries_figure(analysis: Analysis) -> go.Figure:
         )
     names = esc_all(shown["workflow"].to_list())
     runs = shown["runs"].to_list()
+    # The baseline window's observed amplification first, pale: a storm is a change from it.
+    bars = [("baseline_attempt_amplification", "observed, baseline", style.BASELINE)]
+    if shown["baseline_attempt_amplification"].is_null().all():
+        bars = []
     for column, label, colour in (
+        *bars,
         ("attempt_amplification", "observed", style.OBSERVED),
         ("modeled_amplification", "model ∏(1+r)", style.MODEL),
     ):
@@ -122,9 +131,16 @@ def retries_figure(analysis: Analysis) -> go.Figure:
                 name=label,
                 legendgroup=column,
                 marker={"color": colour},
-                text=[f"×{v:.3f}" for v in shown[column].fill_null(float("nan")).to_list()],
+                text=["n/a" if v is None else f"×{v:.3f}" for v in shown[column].to_list()],
                 textposition="outside",
-                customdata=[[n, r] for n, r in zip(names, runs, strict=True)],
+                customdata=[
+                    [n, r]
+                    for n, r in zip(
+                        names,
+                        shown["baseline_runs"].to_list() if column.startswith("baseline_") else runs,
+                        strict=True,
+                    )
+                ],
                 hovertemplate="%{customdata[0]}<br>"
                 + label
                 + " ×%{y:.3f} (%{customdata[1]:,} runs)<extra></extra>",

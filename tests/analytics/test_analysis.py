@@ -280,12 +280,17 @@ def test_trace_spans_chosen_in_sql_match_the_key_list(store: Store) -> None:
     # parameter); on the same data that must read the same spans for the traces the analysis keeps.
     scenario = scenario_llm_regression()
     runs = [workflow_run("triage", at(3600 + i * 10.0), ("classify", "decide"), {}) for i in range(50)]
+    # Workflow runs of the baseline window are read too (the baseline's retry amplification).
+    runs += [workflow_run("triage", at(600 + i * 10.0), ("classify", "decide"), {}) for i in range(20)]
     insert_spans(store, scenario.spans + [span for run in runs for span in run])
     conv = Conventions()
     windows = Windows.of(scenario.start, scenario.end)
+    baseline = Windows.of(
+        windows.baseline_start, windows.baseline_end, windows.baseline_start, windows.baseline_end
+    )
     tails = tail_traces(fetch_requests(store, windows, conv), conv)
-    workflows = fetch_workflows(store, windows, conv)
-    assert tails.height > 0 and workflows.height == 50
+    workflows = pl.concat([fetch_workflows(store, windows, conv), fetch_workflows(store, baseline, conv)])
+    assert tails.height > 0 and workflows.height == 70
     by_keys = fetch_trace_spans(store, tails, workflows, windows, conv, by_keys=True)
     in_sql = fetch_trace_spans(store, tails, workflows, windows, conv, by_keys=False)
     wanted = pl.concat([tails.select("trace_key"), workflows.select("trace_key")]).unique()
@@ -436,7 +441,8 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     assert set(hot["release_coupling"]) == {"releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"}
     assert set(data["cold_path"][0]) == {
         "queue", "jobs", "completed", "pending", "p50_s", "p95_s", "p99_s", "p999_s", "queue_wait_p99_s",
-        "processing_p99_s", "p99_over_p50", "starved", "runs", "retried_jobs",
+        "processing_p99_s", "p99_over_p50", "starved", "runs", "retried_jobs", "baseline_jobs",
+        "baseline_p50_s", "baseline_p99_s", "baseline_queue_wait_p99_s", "baseline_processing_p99_s",
     }  # fmt: skip
     assert set(data["llm_calls"][0]) == {
         "provider", "model", "calls", "sync_calls", "cold_calls", "attempts", "failed_attempts",
@@ -457,6 +463,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     ra = data["retry_amplification"][0]
     assert set(ra) == {
         "workflow", "runs", "hops", "attempt_amplification", "token_amplification", "modeled_amplification",
+        "baseline_runs", "baseline_attempt_amplification", "baseline_token_amplification",
     }  # fmt: skip
     assert set(ra["hops"][0]) == {"hop", "calls", "attempts", "retry_rate", "tokens"}
     at_ = data["attribution"][0]
@@ -662,3 +669,46 @@ def test_a_pull_consumers_receive_span_is_a_boundary_and_a_run(store: Store) -> 
     [queue] = analysis.cold_path.iter_rows(named=True)
     assert (queue["queue"], queue["jobs"], queue["completed"], queue["runs"]) == ("summaries", 20, 20, 20)
     assert queue["p50_s"] == pytest.approx(5.0 - 0.001)
+
+
+def test_cold_path_and_retries_carry_their_baseline_window(store: Store) -> None:
+    # Baseline hour: doc-summaries healthy (every job ready 1.5 s after enqueue, 100 jobs), and
+    # claims-triage without a single retry (80 runs); the current hour is the starved queue and the
+    # 5%-per-hop workflow of the scenarios. Queues and workflows of the baseline only are not rows.
+    cold, retries = scenario_cold_queues(), scenario_retries()
+    baseline: list[SpanRow] = []
+    for i in range(100):
+        baseline += cold_job(
+            "doc-summaries", at(-3500 + i * 30.0), 1.0, 0.5, consumer_service="summary-worker"
+        )
+        baseline += cold_job("only-before", at(-3500 + i * 30.0), 0.1, 0.1)
+    for i in range(80):
+        baseline += workflow_run("claims-triage", at(-3500 + i * 40.0), ("classify", "extract", "decide"))
+    insert_spans(store, cold.spans + retries.spans + baseline)
+    analysis = analyze(store, cold.start, cold.end)
+    starved = _row(analysis.cold_path, queue="doc-summaries")
+    assert starved["jobs"] == 505 and starved["baseline_jobs"] == 100
+    assert starved["baseline_p50_s"] == pytest.approx(1.5, abs=0.01)
+    assert starved["baseline_p99_s"] == pytest.approx(1.5, abs=0.01)
+    assert starved["baseline_queue_wait_p99_s"] == pytest.approx(1.0, abs=0.01)
+    assert starved["baseline_processing_p99_s"] == pytest.approx(0.5, abs=0.01)
+    emails = _row(analysis.cold_path, queue="emails")
+    assert emails["baseline_jobs"] is None and emails["baseline_p99_s"] is None
+    assert "only-before" not in analysis.cold_path["queue"].to_list()
+    windows = (
+        analysis.cold_path_cdf.filter(pl.col("queue") == "doc-summaries")
+        .group_by("window")
+        .agg(pl.col("enqueue_to_ready_s").max())
+    )
+    assert dict(windows.iter_rows()) == pytest.approx({"current": 180.0, "baseline": 1.5}, abs=0.01)
+    amp = _row(analysis.retry_amplification, workflow="claims-triage")
+    assert (amp["runs"], amp["baseline_runs"]) == (200, 80)
+    assert amp["attempt_amplification"] == pytest.approx(1.05)
+    assert amp["baseline_attempt_amplification"] == pytest.approx(1.0)
+    assert amp["baseline_token_amplification"] == pytest.approx(1.0)
+    # The baseline's workflows leave the current window's hops alone.
+    hops = analysis.retry_hops.filter(pl.col("workflow") == "claims-triage")
+    assert hops["calls"].to_list() == [200, 200, 200]
+    data = json.loads(analysis.to_json())
+    (ra,) = [r for r in data["retry_amplification"] if r["workflow"] == "claims-triage"]
+    assert ra["baseline_attempt_amplification"] == pytest.approx(1.0) and ra["baseline_runs"] == 80

@@ -15,6 +15,7 @@ from analytics import (
     build_rollups,
     latest_analysis,
     load_analysis,
+    load_run,
     persist_analysis,
     runs,
 )
@@ -217,3 +218,32 @@ def test_rollup_histograms_merge_exactly() -> None:
         "requests": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "p999_ms": None,
     }  # fmt: skip
     assert pl.DataFrame([merged]).height == 1
+
+
+def test_old_history_tables_gain_the_baseline_columns(raw_store: Store) -> None:
+    # A store whose cold-path and retry history tables predate the baseline columns.
+    from analytics.persist import MIGRATIONS as PERSIST_MIGRATIONS
+    from analytics.persist import history_table
+    from storage import apply_schema, registered_migrations
+
+    analytics_v10 = [m for m in PERSIST_MIGRATIONS if m.version == 10]
+    apply_schema(raw_store, [m for m in registered_migrations() if m not in analytics_v10])
+    columns = {
+        "cold_path": ("baseline_jobs", "baseline_p50_s", "baseline_p99_s"),
+        "retry_amplification": ("baseline_runs", "baseline_attempt_amplification"),
+    }
+    for frame, names in columns.items():
+        for column in names:
+            raw_store.command(f"ALTER TABLE {raw_store.table(history_table(frame))} DROP COLUMN `{column}`")
+    scenario = scenario_cold_queues(jobs=50)
+    insert_spans(raw_store, scenario.spans)
+    analysis = analyze(raw_store, scenario.start, scenario.end)
+    run_id = persist_analysis(raw_store, analysis)  # applies v10 first
+    rows = raw_store.query_rows(
+        f"SELECT queue, jobs, baseline_jobs FROM {raw_store.table(history_table('cold_path'))} "
+        "WHERE run_id = {r:String} ORDER BY queue",
+        {"r": run_id},
+    )
+    assert rows == [("doc-summaries", 55, None), ("emails", 50, None)]
+    loaded = load_run(raw_store, run_id)
+    assert loaded is not None and loaded.cold_path.equals(analysis.cold_path)

@@ -234,7 +234,8 @@ def test_json_variant_ddl_enables_the_json_type_only_where_needed() -> None:
     table_ddl = json_ddl.split("-- collectors v2")[0]
     assert "AttributeItems" not in json_ddl and "idx_span_attr_value" not in table_ddl
     # The key lists the exporter writes beside each map, filled from the JSON paths by default.
-    assert "SpanAttributesKeys Array(LowCardinality(String)) DEFAULT JSONAllPaths(SpanAttributes)" in table_ddl
+    keys = "SpanAttributesKeys Array(LowCardinality(String)) DEFAULT JSONAllPaths(SpanAttributes)"
+    assert keys in table_ddl
     assert "INDEX idx_span_attr_keys SpanAttributesKeys TYPE bloom_filter(0.01) GRANULARITY 1" in table_ddl
     assert "ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)" in json_ddl
     assert "enable_json_type" not in json_ddl

@@ -122,6 +122,14 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "processing_p99_s": [9.0, 1.6],
             "p99_over_p50": [60.0, 2.0],
             "starved": [True, False],
+            "runs": [900, 300],
+            "retried_jobs": [0, 0],
+            # The starved queue was healthy in the baseline window; exports ran the same.
+            "baseline_jobs": [850, 310],
+            "baseline_p50_s": [2.5, 1.0],
+            "baseline_p99_s": [8.0, 2.1],
+            "baseline_queue_wait_p99_s": [4.0, 0.5],
+            "baseline_processing_p99_s": [7.5, 1.5],
         }
     )
     cold_series_rows = []
@@ -149,7 +157,14 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "queue": [queue_bad] * 30 + ["exports"] * 30,
             "enqueue_to_ready_s": cdf_x + [x / 10 for x in cdf_x],
             "cdf": [(k + 1) / 30 for k in range(30)] * 2,
+            "window": ["current"] * 60,
         }
+    )
+    cold_path_cdf = pl.concat(
+        [
+            cold_path_cdf,
+            cold_path_cdf.with_columns(pl.col("enqueue_to_ready_s") / 8, pl.lit("baseline").alias("window")),
+        ]
     )
     lo = list(range(0, 4000, 500))
     requests = [400, 900, 1200, 800, 500, 300, 150, 50]
@@ -199,6 +214,10 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "attempt_amplification": [1.157],
             "token_amplification": [1.162],
             "modeled_amplification": [1.05**3],
+            "exemplar_trace_id": ["0af7651916cd43dd8448eb211c80319c"],
+            "baseline_runs": [980],
+            "baseline_attempt_amplification": [1.02],
+            "baseline_token_amplification": [1.03],
         }
     )
     attribution = pl.DataFrame(

@@ -115,10 +115,17 @@ def test_cold_path_traces_match(analysis: Analysis, figures: dict[str, go.Figure
         by_dash = {t.line.dash: t for t in lines}
         assert list(by_dash["solid"].y) == series["p99_s"].to_list()
         assert list(by_dash["dash"].y) == series["p50_s"].to_list()
-        cdf = analysis.cold_path_cdf.filter(pl.col("queue") == queue).sort("enqueue_to_ready_s")
-        (cdf_trace,) = [t for t in _traces(fig, name) if t.xaxis == "x2"]
-        assert list(cdf_trace.x) == cdf["enqueue_to_ready_s"].to_list()
-        assert list(cdf_trace.y) == cdf["cdf"].to_list()
+        # The baseline window's p99 across the panel, dotted.
+        row = analysis.cold_path.filter(pl.col("queue") == queue).row(0, named=True)
+        assert list(by_dash["dot"].y) == [row["baseline_p99_s"]] * 2
+        cdfs = {t.line.dash: t for t in _traces(fig, name) if t.xaxis == "x2"}
+        assert set(cdfs) == {"solid", "dot"}
+        for window, dash in (("current", "solid"), ("baseline", "dot")):
+            cdf = analysis.cold_path_cdf.filter(
+                (pl.col("queue") == queue) & (pl.col("window") == window)
+            ).sort("enqueue_to_ready_s")
+            assert list(cdfs[dash].x) == cdf["enqueue_to_ready_s"].to_list()
+            assert list(cdfs[dash].y) == cdf["cdf"].to_list()
         (pending,) = [t for t in _traces(fig, name) if t.xaxis == "x4"]
         assert list(pending.y) == series["pending"].to_list()
     wait = _one(fig, "queue wait p99")
@@ -127,6 +134,8 @@ def test_cold_path_traces_match(analysis: Analysis, figures: dict[str, go.Figure
     assert list(wait.x) == [esc(q) for q in summary["queue"]]
     assert list(wait.y) == summary["queue_wait_p99_s"].to_list()
     assert list(processing.y) == summary["processing_p99_s"].to_list()
+    assert list(_one(fig, "queue wait p99, baseline").y) == summary["baseline_queue_wait_p99_s"].to_list()
+    assert list(_one(fig, "processing p99, baseline").y) == summary["baseline_processing_p99_s"].to_list()
     assert fig.layout.xaxis2.type == "log"
     notes = [a.text for a in fig.layout.annotations]
     assert "<b>STARVED · p99/p50 60×</b>" in notes and "p99/p50 2.0×" in notes
@@ -166,6 +175,9 @@ def test_retry_traces_match(analysis: Analysis, figures: dict[str, go.Figure]) -
     amp = analysis.retry_amplification
     assert list(_one(fig, "observed").y) == amp["attempt_amplification"].to_list()
     assert list(_one(fig, "model ∏(1+r)").y) == amp["modeled_amplification"].to_list()
+    baseline = _one(fig, "observed, baseline")
+    assert list(baseline.y) == amp["baseline_attempt_amplification"].to_list()
+    assert [row[1] for row in baseline.customdata] == amp["baseline_runs"].to_list()
     tokens = _one(fig, "token amplification")
     assert list(tokens.y) == amp["token_amplification"].to_list()
     assert list(tokens.text) == ["+16.2% tokens"]
