@@ -45,9 +45,10 @@ from starlette.responses import PlainTextResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from analytics import Conventions
-from collectors import IngestPipeline, IngestRuntime
+from collectors import IngestPipeline, IngestRuntime, inspect_traces
 from slo_rules import NotifierConfig, RuleSet
 from storage import Store, TailwatchError, open_store, parse_dsn
+from tailwatch.commands._common import check_traces
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.metrics import TailMetrics
 from tailwatch.remote import SERVICE_FILE
@@ -745,6 +746,12 @@ class Service:
         self.store = open_store(config.store)
         try:
             ensure_schema(self.store)
+            # A span table another tool made is read as it is: say which, and refuse one lacking
+            # columns the jobs read now rather than as a failing job every tick.
+            layout = inspect_traces(self.store)
+            check_traces(layout, self.store.location.redacted())
+            log.info("span table %s.%s: %s layout (%s attributes)", layout.database, layout.table,
+                     layout.variant, layout.attributes)  # fmt: skip
             token = config.auth.token()
             run_job = self._run_job_for_api if config.schedule.enabled else None
             api = ServiceApi(

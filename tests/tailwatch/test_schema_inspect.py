@@ -190,3 +190,28 @@ def test_print_renders_either_cluster_layout() -> None:
     versioned = _run("schema", "print", "--server-version", "26.2", "--ttl", "72h", "--variant", "map")
     assert "TYPE text(tokenizer = 'array')" in versioned.output
     assert "TTL toDateTime(Timestamp) + toIntervalDay(3)" in versioned.output
+
+
+def test_serve_refuses_a_span_table_lacking_columns_at_start(tmp_path: Path) -> None:
+    from storage import TailwatchError
+    from tailwatch.config import load_config
+    from tailwatch.service import Service
+
+    dsn = _store_with(
+        tmp_path,
+        None,
+        "CREATE TABLE otel_traces (Timestamp DateTime64(9), TraceId String, SpanName String) "
+        "ENGINE = MergeTree ORDER BY Timestamp",
+    )
+    path = tmp_path / "tailwatch.toml"
+    path.write_text(
+        f'store = "{dsn}"\n[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        "[schedule]\nenabled = false\n"
+    )
+    service = Service(load_config(path, env={}))
+    with pytest.raises(TailwatchError, match="lacks columns tailwatch reads: SpanId, ParentSpanId"):
+        service.start()
+    # Nothing was left listening or holding the store.
+    assert service.api_url is None
+    reopened = open_store(dsn)
+    reopened.close()
