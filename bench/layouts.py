@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.analytics import FLOOR_SQL, _machine
+from bench import analytics as analytics_bench
+from bench.analytics import _machine
 
 _JSON_TABLE = """
 CREATE TABLE otel_traces (
@@ -58,38 +59,24 @@ FROM map_traces
 
 
 def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
-    from bench.analytics_data import BASELINE_START, CURRENT_END, CURRENT_START, generate
-    from storage import open_store
+    if mode not in ("generate-map", "generate-json"):
+        # The floor and the analysis are timed exactly as bench.analytics times them.
+        return analytics_bench._worker(mode, dsn, spans, repeat)
+    from bench.analytics_data import generate
+    from collectors import TRACES_MIGRATIONS
+    from storage import ensure_schema, open_store
 
     with open_store(dsn) as store:
-        store.command("SET use_query_condition_cache = 0")
-        if mode in ("generate-map", "generate-json"):
-            from collectors import TRACES_MIGRATIONS
-            from storage import ensure_schema
-
-            started = time.perf_counter()
-            ensure_schema(store, TRACES_MIGRATIONS[:1])
-            rows = generate(store, spans)
-            if mode == "generate-json":
-                store.command("RENAME TABLE otel_traces TO map_traces")
-                store.command(_JSON_TABLE)
-                store.command(_TO_JSON, settings={"max_insert_threads": 2, "max_threads": 2})
-                store.command("DROP TABLE map_traces")
-            store.command("OPTIMIZE TABLE otel_traces FINAL")
-            return {"rows": rows, "seconds": time.perf_counter() - started}
-        times: list[float] = []
-        for _ in range(repeat):
-            started = time.perf_counter()
-            if mode == "analyze":
-                from analytics import analyze
-
-                analyze(store, CURRENT_START, CURRENT_END)
-            elif mode == "floor":
-                store.query_rows(FLOOR_SQL, {"lo": BASELINE_START, "hi": CURRENT_END})
-            else:
-                raise SystemExit(f"unknown mode {mode}")
-            times.append(time.perf_counter() - started)
-    return {"seconds": min(times), "runs": times}
+        started = time.perf_counter()
+        ensure_schema(store, TRACES_MIGRATIONS[:1])
+        rows = generate(store, spans)
+        if mode == "generate-json":
+            store.command("RENAME TABLE otel_traces TO map_traces")
+            store.command(_JSON_TABLE)
+            store.command(_TO_JSON, settings={"max_insert_threads": 2, "max_threads": 2})
+            store.command("DROP TABLE map_traces")
+        store.command("OPTIMIZE TABLE otel_traces FINAL")
+        return {"rows": rows, "seconds": time.perf_counter() - started}
 
 
 def _spawn(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
