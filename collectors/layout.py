@@ -130,8 +130,15 @@ class TracesLayout:
         ]
         if self.skip_indexes:
             lines.append("skip indexes: " + ", ".join(self.skip_indexes))
-        if self.extra_columns:
-            lines.append("extra columns (ignored): " + ", ".join(self.extra_columns))
+        release_lookup = {
+            "values": "by the bloom filter over resource attribute values",
+            "items": "by the index over ResourceAttributeItems (key=value)",
+        }.get(self.resource_value_index or "", "by a scan (no index over resource attribute values)")
+        lines.append(f"release times: {release_lookup}")
+        used = {"ResourceAttributeItems"} if self.resource_value_index == "items" else set()
+        ignored = [c for c in self.extra_columns if c not in used]
+        if ignored:
+            lines.append("extra columns (ignored): " + ", ".join(ignored))
         lacks = ", ".join(self.missing_columns) if self.missing_columns else "nothing tailwatch reads"
         lines.append(f"lacks: {lacks}")
         lines.extend(f"note: {note}" for note in self.notes)
