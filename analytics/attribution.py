@@ -44,6 +44,7 @@ from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.conventions import (
     Conventions,
 )
+from analytics.hot_path import is_weighted, request_stats
 from analytics.llm_calls import SIGNAL_COUNTS_SCHEMA, llm_call_rows, signal_counts, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.trace_spans import TRACE_SPANS_SCHEMA, fetch_structure
@@ -145,6 +146,22 @@ RETRY_BACKOFF = "retry backoff"
 # --- tail selection (pure) ------------------------------------------------------------------
 
 
+def window_stats(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
+    """Per (service, operation, window): ``n`` requests and their ``p99`` (the ``tail_quantile``).
+    In sampled data both are of the population the weights describe, as in the hot-path summary
+    (:func:`analytics.hot_path.request_stats`): the weighted count, rounded, and the weighted
+    percentile. Pure."""
+    if not is_weighted(requests):
+        return requests.group_by(*_KEYS, "window").agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear").alias("p99"),
+        )
+    stats = request_stats(
+        requests, [*_KEYS, "window"], {"p99": conventions.tail_quantile}, conventions.min_sampled_tail
+    )
+    return stats.select(*_KEYS, "window", pl.col("requests").cast(pl.Int64).alias("n"), "p99")
+
+
 def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     """Requests at or above their window's p99 (per operation), the slowest ``max_tail_traces``."""
     # trace_id rides along when the caller has it (tests, tools); analyze() maps keys to ids later.
@@ -152,9 +169,17 @@ def tail_traces(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
     cols += ["trace_id"] if "trace_id" in requests.columns else []
     if requests.is_empty():
         return requests.select(cols)
-    threshold = pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear")
+    if is_weighted(requests):
+        # Sampled data: the tail starts at the p99 of the population the weights describe.
+        thresholds = window_stats(requests, conventions).select(*_KEYS, "window", "p99")
+        tail = requests.join(thresholds, on=[*_KEYS, "window"], how="left").filter(
+            pl.col("duration_ms") >= pl.col("p99")
+        )
+    else:
+        threshold = pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear")
+        tail = requests.filter(pl.col("duration_ms") >= threshold.over("service", "operation", "window"))
     return (
-        requests.filter(pl.col("duration_ms") >= threshold.over("service", "operation", "window"))
+        tail
         # Ties broken by trace: the chosen traces must not depend on the order the store returned rows.
         .sort(["duration_ms", "trace_key"], descending=[True, False])
         .group_by("service", "operation", "window", maintain_order=True)
@@ -312,14 +337,7 @@ def attribute(
     current_ops = requests.filter(pl.col("window") == "current").select(_KEYS).unique()
     if current_ops.is_empty():
         return empty(ATTRIBUTION_SCHEMA), empty(ATTRIBUTION_SPANS_SCHEMA)
-    stats = (
-        requests.group_by(*_KEYS, "window")
-        .agg(
-            pl.len().cast(pl.Int64).alias("n"),
-            pl.col("duration_ms").quantile(conventions.tail_quantile, interpolation="linear").alias("p99"),
-        )
-        .pivot(on="window", index=_KEYS, values=["n", "p99"])
-    )
+    stats = window_stats(requests, conventions).pivot(on="window", index=_KEYS, values=["n", "p99"])
     for col in ("n_current", "n_baseline", "p99_current", "p99_baseline"):
         if col not in stats.columns:
             stats = stats.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))

@@ -28,6 +28,7 @@ from analytics import (
     persist_analysis,
 )
 from analytics._common import Windows
+from analytics.attribution import tail_traces, window_stats
 from analytics.hot_path import request_stats, weighted_quantiles
 from analytics.llm_spans import fetch_roots
 from analytics.persist import MIGRATIONS as PERSIST_MIGRATIONS
@@ -356,6 +357,50 @@ def test_request_stats_with_unequal_weights() -> None:
     )
     assert (plain["requests"], plain["effective_sample_size"], plain["p99_warning"]) == (100, 100.0, False)
     assert plain["p99_ms"] == pytest.approx(float(np.quantile([100.0] * 90 + [1000.0] * 10, 0.99)))
+
+
+def test_attribution_reads_the_weighted_p99_and_tail() -> None:
+    # Per window: 990 requests stored unsampled at 100-109 ms, 10 slow ones (2,000 ms) stored 1-in-50.
+    # Unweighted, the p99 sits at the slow requests' edge; weighted, 500 of 1,490 requests are slow,
+    # so the p99 is 2,000 ms and only the slow requests are the tail.
+    rows = []
+    for window in ("baseline", "current"):
+        for i in range(1000):
+            slow = i >= 990
+            rows.append(
+                {
+                    "service": "s",
+                    "operation": "o",
+                    "window": window,
+                    "trace_key": i + (0 if window == "baseline" else 10_000),
+                    "duration_ms": 2000.0 if slow else 100.0 + i % 10,
+                    "start": dt(at(i)),
+                    "weight": 50.0 if slow else 1.0,
+                }
+            )
+    requests = pl.DataFrame(rows, schema_overrides={"trace_key": pl.UInt64})
+    conv = Conventions()
+    stats = window_stats(requests, conv).filter(pl.col("window") == "current").row(0, named=True)
+    assert stats["n"] == 1490 and stats["p99"] == 2000.0
+    tails = tail_traces(requests, conv)
+    assert tails["duration_ms"].unique().to_list() == [2000.0] and tails.height == 20
+    # Unweighted (the same rows without the column), the classic p99 and tail.
+    plain = (
+        window_stats(requests.drop("weight"), conv).filter(pl.col("window") == "current").row(0, named=True)
+    )
+    assert plain["n"] == 1000 and plain["p99"] == pytest.approx(
+        float(np.quantile(requests.filter(pl.col("window") == "current")["duration_ms"].to_numpy(), 0.99))
+    )
+
+
+def test_attribution_p99s_are_the_hot_path_p99s_of_sampled_data(stores: Stores) -> None:
+    for _, run, _ in _subsets(stores):
+        analysis = run.analysis
+        assert analysis.attribution.height == len(OPERATIONS)
+        for a in analysis.attribution.iter_rows(named=True):
+            hot = _row(analysis.hot_path, service=a["service"], operation=a["operation"])
+            assert a["current_p99_ms"] == pytest.approx(hot["p99_ms"], rel=1e-9)
+            assert a["current_requests"] == hot["requests"]
 
 
 # --- persisted runs ---------------------------------------------------------------------------------------
