@@ -85,8 +85,9 @@ def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
     return {"seconds": min(times), "runs": times, "peak_rss_mb": _peak_rss_mb()}
 
 
-def _spawn(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.analytics", "--worker", mode, "--dsn", dsn, "--spans", str(spans),
+def _spawn(mode: str, dsn: str, spans: int, repeat: int, module: str = "bench.analytics") -> dict[str, Any]:
+    """Run ``module``'s worker for ``mode`` in a fresh process; its JSON result."""
+    cmd = [sys.executable, "-m", module, "--worker", mode, "--dsn", dsn, "--spans", str(spans),
            "--repeat", str(repeat)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -80,12 +78,7 @@ def _worker(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
 
 
 def _spawn(mode: str, dsn: str, spans: int, repeat: int) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "bench.layouts", "--worker", mode, "--dsn", dsn, "--spans", str(spans),
-           "--repeat", str(repeat)]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"{mode} failed:\n{out.stderr[-3000:]}")
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+    return analytics_bench._spawn(mode, dsn, spans, repeat, module="bench.layouts")
 
 
 def main() -> None:

@@ -4,7 +4,6 @@ mapping, the Arrow path and ``insert_spans`` store what the SDK recorded, dotted
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,13 +207,8 @@ def test_repeated_keys_keep_their_first_value_either_way(json_store: Store) -> N
 
 
 def test_randomized_values_map_identically_on_json_tables(json_store: Store) -> None:
-    from tests.collectors.test_native_insert import _random_value
+    from tests.collectors.test_native_insert import random_bodies
 
-    rnd = random.Random(20261204)
-    bodies = [native_sample()]
-    for n in range(8):
-        request, _ = make_request(6, seed=500 + n, attributes=0)
-        for span in request.resource_spans[0].scope_spans[0].spans:
-            span.attributes.extend(kv(f"k.{i % 3}.{i}", _random_value(rnd)) for i in range(rnd.randrange(10)))
-        bodies.append(request.SerializeToString())
-    assert self_test(json_store, bodies) is None
+    # Dotted keys sharing prefixes: nested paths in the JSON columns.
+    bodies = random_bodies(20261204, 8, 6, 10, key="k.{m}.{i}")
+    assert self_test(json_store, [native_sample(), *bodies]) is None

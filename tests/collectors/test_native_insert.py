@@ -79,15 +79,22 @@ def _random_value(rnd: random.Random) -> object:
     return rnd.randbytes(rnd.randrange(7))
 
 
-def test_randomized_attribute_values_map_identically(store: Store) -> None:
-    rnd = random.Random(20261202)
+def random_bodies(seed: int, requests: int, spans: int, attributes: int, key: str = "k{i}") -> list[bytes]:
+    """Serialized requests whose spans carry up to ``attributes`` random values of every OTLP type,
+    under keys ``key`` (formatted with the attribute's index ``i`` and ``m`` = i mod 3)."""
+    rnd = random.Random(seed)
     bodies = []
-    for n in range(12):
-        request, _ = make_request(8, seed=100 + n, attributes=0)
+    for n in range(requests):
+        request, _ = make_request(spans, seed=seed % 1000 + n, attributes=0)
         for span in request.resource_spans[0].scope_spans[0].spans:
-            span.attributes.extend(kv(f"k{i}", _random_value(rnd)) for i in range(rnd.randrange(12)))
+            count = rnd.randrange(attributes)
+            span.attributes.extend(kv(key.format(i=i, m=i % 3), _random_value(rnd)) for i in range(count))
         bodies.append(request.SerializeToString())
-    assert self_test(store, bodies) is None
+    return bodies
+
+
+def test_randomized_attribute_values_map_identically(store: Store) -> None:
+    assert self_test(store, random_bodies(20261202, 12, 8, 12)) is None
 
 
 def test_validate_request_agrees_with_the_mapping() -> None:
@@ -276,14 +283,7 @@ def test_server_path_sends_the_batch_as_the_body_with_an_inline_schema(server_st
 
 
 def test_server_path_maps_like_python(server_store: Store) -> None:
-    rnd = random.Random(20261203)
-    bodies = [native_sample()]
-    for n in range(8):
-        request, _ = make_request(6, seed=300 + n, attributes=0)
-        for span in request.resource_spans[0].scope_spans[0].spans:
-            span.attributes.extend(kv(f"k{i}", _random_value(rnd)) for i in range(rnd.randrange(10)))
-        bodies.append(request.SerializeToString())
-    assert self_test(server_store, bodies) is None
+    assert self_test(server_store, [native_sample(), *random_bodies(20261203, 8, 6, 10)]) is None
 
 
 def test_server_pipeline_takes_raw_requests(server_store: Store, tmp_path: Path) -> None:
