@@ -30,6 +30,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "TracesLayout",
     "TracesLayoutError",
+    "distributed_target",
     "inspect_traces",
     "to_json_dialect",
 ]
@@ -215,20 +216,24 @@ def inspect_traces(store: Store, *, refresh: bool = False, table: str = TRACES_T
     return layout
 
 
-def _table_row(store: Store, name: str) -> tuple[str, str, str] | None:
+def _table_row(store: Store, name: str, database: str | None = None) -> tuple[str, str, str] | None:
     rows = store.query_rows(
         "SELECT engine, engine_full, create_table_query FROM system.tables "
         "WHERE database = {db:String} AND name = {t:String}",
-        {"db": store.database, "t": name},
+        {"db": database or store.database, "t": name},
     )
     return (str(rows[0][0]), str(rows[0][1]), str(rows[0][2])) if rows else None
 
 
-def _distributed_target(engine_full: str) -> str | None:
-    # Distributed('cluster', 'db', 'table'[, sharding_key...])
-    args = re.findall(r"'((?:[^'\\]|\\.)*)'|(\w+)", engine_full.partition("(")[2])
-    values = [a or b for a, b in args]
-    return values[2] if len(values) >= 3 else None
+def distributed_target(engine_full: str, database: str) -> tuple[str, str] | None:
+    """(database, table) a ``Distributed(cluster, db, table[, key])`` engine reads; an empty or
+    ``currentDatabase()`` database is ``database`` (the Distributed table's own)."""
+    args = re.findall(r"'((?:[^'\\]|\\.)*)'|(\w+\(\))|(\w+)", engine_full.partition("(")[2])
+    values = [a or b or c for a, b, c in args]
+    if len(values) < 3:
+        return None
+    db = values[1] if values[1] not in ("", "currentDatabase()") else database
+    return db, values[2]
 
 
 def _inspect(store: Store, table: str) -> TracesLayout:
@@ -236,12 +241,15 @@ def _inspect(store: Store, table: str) -> TracesLayout:
     if row is None:
         return TracesLayout(store.database, table, "missing", "map", "", notes=(f"no table {table}",))
     engine, engine_full, _ = row
-    data_table = table
+    data_db, data_table = store.database, table
     distributed_over = None
     if engine == "Distributed":
-        distributed_over = _distributed_target(engine_full)
-        if distributed_over and _table_row(store, distributed_over) is not None:
-            data_table = distributed_over
+        target = distributed_target(engine_full, store.database)
+        if target is not None:
+            distributed_over = target[1] if target[0] == store.database else f"{target[0]}.{target[1]}"
+            # The indexes are the data table's: read them where it is, when this node holds it.
+            if _table_row(store, target[1], target[0]) is not None:
+                data_db, data_table = target
     columns = {
         str(name): (str(type_), str(kind))
         for name, type_, kind in store.query_rows(
@@ -256,7 +264,7 @@ def _inspect(store: Store, table: str) -> TracesLayout:
             "SELECT name, type FROM system.data_skipping_indices "
             "WHERE database = {db:String} AND table = {t:String} "
             "ORDER BY name",
-            {"db": store.database, "t": data_table},
+            {"db": data_db, "t": data_table},
         )
     )
     missing = tuple(c for c in REQUIRED_COLUMNS if c not in columns)
@@ -295,9 +303,11 @@ def _inspect(store: Store, table: str) -> TracesLayout:
     if sample_rate:
         notes.append("SampleRate column: counts and percentiles are weighted by the sample rate")
     value_index = None
-    if not json_type and _has_index_on(store, data_table, "mapValues(ResourceAttributes)"):
+    if not json_type and _has_index_on(store, data_db, data_table, "mapValues(ResourceAttributes)"):
         value_index = "values"
-    elif not json_type and "ResourceAttributeItems" in columns and _has_items_index(store, data_table):
+    elif (
+        not json_type and "ResourceAttributeItems" in columns and _has_items_index(store, data_db, data_table)
+    ):
         value_index = "items"
     else:
         notes.append("no index over resource attribute values: release times are found by a scan")
@@ -319,25 +329,25 @@ def _inspect(store: Store, table: str) -> TracesLayout:
     )
 
 
-def _has_items_index(store: Store, table: str) -> bool:
+def _has_items_index(store: Store, database: str, table: str) -> bool:
     # The server records an index over an ALIAS column by the alias's expression.
     return bool(
         store.query_value(
             "SELECT count() FROM system.data_skipping_indices WHERE database = {db:String} "
             "AND table = {t:String} AND (replaceAll(expr, ' ', '') = 'ResourceAttributeItems' "
             "OR (position(expr, 'CAST(ResourceAttributes') > 0 AND position(expr, 'concat(') > 0))",
-            {"db": store.database, "t": table},
+            {"db": database, "t": table},
         )
     )
 
 
-def _has_index_on(store: Store, table: str, expression: str) -> bool:
+def _has_index_on(store: Store, database: str, table: str, expression: str) -> bool:
     # ``skip_indexes`` names each index and its type; whether one covers an expression is in ``expr``.
     return bool(
         store.query_value(
             "SELECT count() FROM system.data_skipping_indices WHERE database = {db:String} "
             "AND table = {t:String} AND replaceAll(expr, ' ', '') = {e:String}",
-            {"db": store.database, "t": table, "e": expression.replace(" ", "")},
+            {"db": database, "t": table, "e": expression.replace(" ", "")},
         )
     )
 

@@ -283,3 +283,16 @@ def test_json_variant_creates_a_table_read_as_collector_json(raw_store: Store) -
     layout = inspect_traces(raw_store, refresh=True)
     assert layout.variant == "collector-json" and layout.json and layout.created_by_tailwatch
     assert layout.trace_id_lookup == "otel_traces_trace_id_ts (AggregatingMergeTree)"
+
+
+def test_a_distributed_table_is_read_through_the_table_it_names() -> None:
+    from collectors.layout import distributed_target
+
+    # A Distributed otel_traces in tailwatch's database over the Collector's table in its own one:
+    # the indexes are looked up there (the embedded engine has no cluster to make one for real).
+    engine = "Distributed('c', 'otel', 'otel_traces', cityHash64(TraceId))"
+    assert distributed_target(engine, "tw") == ("otel", "otel_traces")
+    unquoted = "Distributed(c, '', otel_traces_local, rand())"
+    assert distributed_target(unquoted, "tw") == ("tw", "otel_traces_local")
+    assert distributed_target("Distributed('c', currentDatabase(), 'x')", "tw") == ("tw", "x")
+    assert distributed_target("Distributed('c')", "tw") is None
