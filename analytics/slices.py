@@ -27,7 +27,7 @@ from analytics._common import Windows, empty, normalize
 from analytics.conventions import FLAG_KEY, FLAG_VARIANT, Conventions
 from analytics.releases import p99_step_significance
 from analytics.stats import proportion_delta_interval, wilson_interval
-from collectors import JSON_LIST_KEYS, TRACES_TABLE, inspect_traces
+from collectors import TRACES_TABLE, inspect_traces, json_first, json_lookups
 from storage import Store
 
 __all__ = [
@@ -78,24 +78,11 @@ _SLICE_ATTRS = (
 )
 
 
-def _json_first(value: str, keys: str) -> str:
-    # A JSON path must be a constant: the list is unrolled (a past-the-end element is '', no path).
-    lookups = [
-        f"nullIf(toString(getSubcolumn({value}, {{{keys}:Array(String)}}[{i}])), '')" for i in _JSON_KEYS
-    ]
-    return f"coalesce({', '.join(lookups)}, '')"
-
-
-_JSON_KEYS = range(1, JSON_LIST_KEYS + 1)
-_JSON_EVENT_FLAG = _json_first("e.2", "cv_flag_key_attrs")
-_JSON_EVENT_VARIANT = _json_first("e.2", "cv_flag_variant_attrs")
+_JSON_EVENT_FLAG = json_first("e.2", "cv_flag_key_attrs")
+_JSON_EVENT_VARIANT = json_first("e.2", "cv_flag_variant_attrs")
 _JSON_SLICE_ATTRS = (
     "arrayFilter(x -> x.2 != '', ["
-    + ", ".join(
-        f"({{{{cv_slice_attrs:Array(String)}}}}[{i}], "
-        f"toString(getSubcolumn(SpanAttributes, {{{{cv_slice_attrs:Array(String)}}}}[{i}])), {{ts}})"
-        for i in _JSON_KEYS
-    )
+    + ", ".join(f"({k}, {v}, {{ts}})" for k, v in json_lookups("SpanAttributes", "cv_slice_attrs"))
     + "])"
 )
 
@@ -111,7 +98,7 @@ def flag_evaluations_sql(table: str, *, json: bool = False) -> str:
     event_flag, event_variant = (
         (_JSON_EVENT_FLAG, _JSON_EVENT_VARIANT) if json else (_EVENT_FLAG, _EVENT_VARIANT)
     )
-    slice_attrs = (_JSON_SLICE_ATTRS if json else _SLICE_ATTRS).format(ts=ts)
+    slice_attrs = _JSON_SLICE_ATTRS.replace("{ts}", ts) if json else _SLICE_ATTRS.format(ts=ts)
     return f"""
 SELECT cityHash64(TraceId) AS trace_key, ev.1 AS flag, ev.2 AS variant, ev.3 AS at_ns
 FROM {table}
@@ -134,12 +121,9 @@ def fetch_flag_evaluations(store: Store, windows: Windows, conventions: Conventi
     """Flag evaluations (:data:`FLAG_EVALUATIONS_SCHEMA`) of the current window's spans, duplicates
     included (:func:`slices` keeps the first evaluation of each flag per trace)."""
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
-    frame = store.query_polars(
-        inspect_traces(store).adapt(
-            flag_evaluations_sql(store.table(TRACES_TABLE), json=inspect_traces(store).json)
-        ),
-        params,
-    )
+    layout = inspect_traces(store)
+    sql = layout.adapt(flag_evaluations_sql(store.table(TRACES_TABLE), json=layout.json))
+    frame = store.query_polars(sql, params)
     if frame.is_empty():
         return empty(FLAG_EVALUATIONS_SCHEMA)
     return normalize(frame).cast(pl.Schema(FLAG_EVALUATIONS_SCHEMA)).select(list(FLAG_EVALUATIONS_SCHEMA))

@@ -5,7 +5,8 @@ Public surface::
     from collectors import IngestRuntime, PipelineSettings              # receivers + pipeline
     with IngestRuntime(store, PipelineSettings(), http="127.0.0.1:4318", grpc=None) as runtime: ...
     from collectors import ClickHouseSpanExporter, ingest_files         # the SDK exporter, OTLP files
-    from collectors import SpanRow, insert_spans, read_spans, TRACES_TABLE
+    from collectors import SpanRow, insert_spans, read_spans, inspect_traces, TRACES_TABLE
+    inspect_traces(store).adapt(sql)       # the span table's layout; a Map-layout read made to fit it
 
 The store itself (``open_store``, ``Store``, errors, migrations) is the ground floor, :mod:`storage`.
 """
@@ -13,7 +14,7 @@ The store itself (``open_store``, ``Store``, errors, migrations) is the ground f
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from collectors.layout import JSON_LIST_KEYS, TracesLayout, inspect_traces
+from collectors.layout import TracesLayout, inspect_traces, json_first, json_lookups
 from collectors.schema import (
     TRACES_ARROW_SCHEMA,
     TRACES_MIGRATIONS,
@@ -33,8 +34,6 @@ from collectors.spans import (
     SpanLink,
     SpanRow,
     insert_spans,
-    new_span_id,
-    new_trace_id,
     read_spans,
     spans_to_arrow,
 )
@@ -72,7 +71,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_GRPC_ADDRESS",
     "DEFAULT_HTTP_ADDRESS",
-    "JSON_LIST_KEYS",
     "TRACES_ARROW_SCHEMA",
     "TRACES_MIGRATIONS",
     "TRACES_TABLE",
@@ -92,8 +90,8 @@ __all__ = [
     "ingest_files",
     "insert_spans",
     "inspect_traces",
-    "new_span_id",
-    "new_trace_id",
+    "json_first",
+    "json_lookups",
     "parse_address",
     "read_export_requests",
     "read_spans",

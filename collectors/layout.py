@@ -32,6 +32,8 @@ __all__ = [
     "TracesLayoutError",
     "distributed_target",
     "inspect_traces",
+    "json_first",
+    "json_lookups",
     "to_json_dialect",
 ]
 
@@ -150,6 +152,22 @@ def _value_of(column: str, key: str) -> str:
     return f"toString(getSubcolumn({column}, {key}))"
 
 
+def json_lookups(value: str, keys: str, start: int = 1) -> list[tuple[str, str]]:
+    """(key, value) SQL of the elements ``start``.. of the ``Array(String)`` parameter ``keys`` looked
+    up in the JSON ``value`` (a column or a lambda argument), as many as ``JSON_LIST_KEYS``: a JSON
+    path must be a constant, so a list of names is unrolled (a past-the-end element is '', which no
+    path has, so its value is '')."""
+    param = f"{{{keys}:Array(String)}}"
+    return [(f"{param}[{i}]", _value_of(value, f"{param}[{i}]")) for i in range(start, JSON_LIST_KEYS + 1)]
+
+
+def json_first(value: str, keys: str) -> str:
+    """The value of the first name of the parameter ``keys`` with a non-empty value in the JSON
+    ``value`` ('' when none): the JSON form of an attribute-list lookup."""
+    lookups = ", ".join(f"nullIf({v}, '')" for _, v in json_lookups(value, keys))
+    return f"coalesce({lookups}, '')"
+
+
 def to_json_dialect(sql: str) -> str:
     """Rewrite the Map idioms tailwatch's reads use into the JSON type's.
 
@@ -175,13 +193,12 @@ def to_json_dialect(sql: str) -> str:
         )
 
         def _unrolled(m: re.Match[str], col: str = column) -> str:
-            source, start = m.group(1), int(m.group(2))
-            items = [_value_of(col, f"{source}[{i}]") for i in range(start, JSON_LIST_KEYS + 1)]
+            items = [v for _, v in json_lookups(col, m.group(1), int(m.group(2)))]
             return "[" + ", ".join(items) + "]" if items else "CAST([], 'Array(String)')"
 
         sql = re.sub(
             rf"arrayMap\(k -> {c}\.values\[indexOf\({c}\.keys, k\)\], "
-            rf"arraySlice\((\{{\w+:Array\(String\)\}}), (\d+)\)\)",
+            rf"arraySlice\(\{{(\w+):Array\(String\)\}}, (\d+)\)\)",
             _unrolled,
             sql,
         )

@@ -56,7 +56,7 @@ from pydantic import (
     model_validator,
 )
 
-from collectors import PipelineSettings
+from collectors import DEFAULT_GRPC_ADDRESS, DEFAULT_HTTP_ADDRESS, PipelineSettings
 from slo_rules import check_trace_url
 from storage import StoreError, StoreLocation, TailwatchError, default_store_dsn, format_duration, parse_dsn
 from storage import parse_duration as storage_parse_duration
@@ -338,8 +338,8 @@ class _Section(BaseModel):
 
 
 class ReceiverConfig(_Section):
-    otlp_http: HostPort = "127.0.0.1:4318"
-    otlp_grpc: HostPort = "127.0.0.1:4317"
+    otlp_http: HostPort = DEFAULT_HTTP_ADDRESS
+    otlp_grpc: HostPort = DEFAULT_GRPC_ADDRESS
 
 
 def default_spool_dir(location: StoreLocation) -> Path:
