@@ -78,7 +78,9 @@ class User:
         )
 
     def argv(self, *args: str) -> list[str]:
-        return [*self.prefix, self.python, "-m", "tailwatch", *args]
+        # -P: the working directory is not put first on the path, as with the installed `tailwatch`
+        # script (the directories serve writes there, such as dashboards/, must not shadow packages).
+        return [*self.prefix, self.python, "-P", "-m", "tailwatch", *args]
 
     def run(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
