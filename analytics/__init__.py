@@ -9,6 +9,7 @@ Public surface::
     analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
     run_id = persist_analysis(store, analysis)     # tailwatch_analysis_* tables
+    build_summaries(store)                         # a job: later analyses read the summaries
 """
 
 from analytics._common import AnalysisError
@@ -19,6 +20,7 @@ from analytics.hot_path import latency_good_total
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.rollups import build_rollups
+from analytics.summaries import SummaryBuild, build_summaries, summary_coverage
 
 __all__ = [
     "FRAME_SCHEMAS",
@@ -28,9 +30,11 @@ __all__ = [
     "ConventionsError",
     "Recommendation",
     "SpanClass",
+    "SummaryBuild",
     "Verdict",
     "analyze",
     "build_rollups",
+    "build_summaries",
     "latency_good_total",
     "latest_analysis",
     "load_analysis",
@@ -38,4 +42,5 @@ __all__ = [
     "persist_analysis",
     "render_table",
     "runs",
+    "summary_coverage",
 ]

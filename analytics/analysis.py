@@ -13,7 +13,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import polars as pl
@@ -52,6 +52,8 @@ from analytics.cold_path import (
     cold_path_series,
     cold_path_summary,
     fetch_jobs,
+    jobs_from_raw,
+    jobs_from_spans,
 )
 from analytics.conventions import Conventions
 from analytics.hot_path import (
@@ -88,6 +90,7 @@ from analytics.retries import (
 )
 from analytics.rollups import coverage, long_window_hot_path
 from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
+from analytics.summaries import SummaryInputs, summarised_inputs
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
 from storage import Store, iso_z
 
@@ -415,9 +418,14 @@ def analyze(
     baseline_start: datetime | None = None,
     baseline_end: datetime | None = None,
     conventions: Conventions | None = None,
+    *,
+    use_summaries: bool = True,
 ) -> Analysis:
     """Every metric over [start, end) against the baseline window (default: the window of equal
-    length just before ``start``). Datetimes must be timezone-aware."""
+    length just before ``start``). Datetimes must be timezone-aware.
+
+    Where :func:`analytics.build_summaries` has summarised the spans, their rows are read instead
+    (the same figures, see :mod:`analytics.summaries`); ``use_summaries=False`` reads every span."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     # The baseline window on its own, for the metrics read per window (jobs, workflow runs).
@@ -425,6 +433,10 @@ def analyze(
         windows.baseline_start, windows.baseline_end, windows.baseline_start, windows.baseline_end
     )
     every = series_every(windows.start, windows.end, conv.series_buckets)
+    # Where the summaries reach, their rows replace the span reads (analytics.summaries).
+    summarised = summarised_inputs(store, windows, conv) if use_summaries else None
+    if summarised is not None:
+        return _analysis(windows, conv, _from_summaries(store, summarised, windows, conv, every))
     # The store answers one query at a time: one thread runs the reductions in order while this one
     # does the Polars work on what has arrived, so the two overlap and the store never waits for
     # Python between queries. On an error the queries not yet started are cancelled.
@@ -528,7 +540,54 @@ def analyze(
         sql.shutdown(wait=True, cancel_futures=True)
         walk.shutdown(wait=True, cancel_futures=True)
 
-    frames: dict[str, pl.DataFrame] = dict(
+    return _analysis(
+        windows,
+        conv,
+        _frames(
+            hot=hot,
+            release_rows=release_rows,
+            hot_series=hot_series,
+            jobs=jobs,
+            baseline_jobs=baseline_jobs,
+            every=every,
+            buckets=buckets,
+            buckets_summary=buckets_summary,
+            hops=hops,
+            amplification=amplification,
+            attribution=attribution,
+            attribution_spans=attribution_spans,
+            signals=signals,
+            calls=calls,
+            boundary_rows=boundary_rows,
+            boundary_releases=boundary_releases,
+            slice_rows=slice_rows,
+            conv=conv,
+        ),
+    )
+
+
+def _frames(
+    *,
+    hot: pl.DataFrame,
+    release_rows: pl.DataFrame,
+    hot_series: pl.DataFrame,
+    jobs: pl.DataFrame,
+    baseline_jobs: pl.DataFrame,
+    every: timedelta,
+    buckets: pl.DataFrame,
+    buckets_summary: pl.DataFrame,
+    hops: pl.DataFrame,
+    amplification: pl.DataFrame,
+    attribution: pl.DataFrame,
+    attribution_spans: pl.DataFrame,
+    signals: pl.DataFrame,
+    calls: pl.DataFrame,
+    boundary_rows: pl.DataFrame,
+    boundary_releases: pl.DataFrame,
+    slice_rows: pl.DataFrame,
+    conv: Conventions,
+) -> dict[str, pl.DataFrame]:
+    return dict(
         hot_path=hot,
         releases=release_rows,
         release_coupling=release_coupling(release_rows, conv),
@@ -548,6 +607,9 @@ def analyze(
         boundary_releases=boundary_releases,
         slices=slice_rows,
     )
+
+
+def _analysis(windows: Windows, conv: Conventions, frames: dict[str, pl.DataFrame]) -> Analysis:
     return Analysis(
         start=windows.start,
         end=windows.end,
@@ -559,4 +621,88 @@ def analyze(
             dict[str, Any],
             {name: frame.cast(pl.Schema(FRAME_SCHEMAS[name])) for name, frame in frames.items()},
         ),
+    )
+
+
+def _from_summaries(
+    store: Store, inputs: SummaryInputs, windows: Windows, conv: Conventions, every: timedelta
+) -> dict[str, pl.DataFrame]:
+    """The metrics of :func:`analyze` from the summaries' rows: the same functions on the same
+    frames, the span reads and per-trace reductions done once when each minute was summarised."""
+    baseline = Windows(
+        windows.baseline_start, windows.baseline_end, windows.baseline_start, windows.baseline_end
+    )
+    requests = inputs.requests
+    tails = tail_traces(requests, conv)
+    walks, path = inputs.walk(tails)
+    tails_with_ids = tails.join(walks.select("trace_key", "trace_id"), on="trace_key", how="inner")
+    attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
+    causes = llm_causes(attribution, attribution_spans)
+    walked = walks.select("trace_key", "llm_ns")
+
+    hot = long_window_hot_path(
+        store, windows, conv, requests, hot_path_summary(requests, conv.min_sampled_tail)
+    )
+    hot_series = hot_path_series(requests, every, conv.min_sampled_tail)
+    buckets = abandonment(requests, conv)
+    buckets_summary = abandonment_summary(requests, buckets, conv)
+
+    first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
+    release_rows = releases(
+        requests, fetch_release_times(store, first_requests, windows, conv, inputs.covered), conv
+    )
+
+    current_rows = requests.with_columns(inputs.sync_llm_ms.alias("sync_llm_ms")).filter(
+        pl.col("window") == "current"
+    )
+    current = with_critical_path(
+        current_rows.select(
+            "trace_key",
+            pl.col("service").cast(pl.String),
+            pl.col("operation").cast(pl.String),
+            pl.col("version").cast(pl.String),
+            "duration_ms",
+            "abandoned",
+            "sync_llm_calls",
+            "sync_llm_ms",
+            pl.col("weight").fill_null(1.0),
+        ),
+        walked,
+        conv,
+    )
+    boundary_rows, boundary_releases = boundary(
+        current,
+        buckets_summary,
+        buckets,
+        release_rows,
+        (windows.end - windows.start).total_seconds(),
+        conv,
+    )
+    jobs = jobs_from_raw(jobs_from_spans(inputs.jobs_spans))
+    baseline_jobs = jobs_from_raw(jobs_from_spans(inputs.baseline_job_spans))
+    slice_rows = slices(current, inputs.evaluations, jobs, conv)
+    calls = inputs.calls
+    signals = llm_signals(causes, signal_counts(calls))
+    hops, amplification = retry_metrics(inputs.workflow_spans)
+    _, baseline_amplification = retry_metrics(inputs.baseline_workflow_spans)
+    del baseline
+    return _frames(
+        hot=hot,
+        release_rows=release_rows,
+        hot_series=hot_series,
+        jobs=jobs,
+        baseline_jobs=baseline_jobs,
+        every=every,
+        buckets=buckets,
+        buckets_summary=buckets_summary,
+        hops=hops,
+        amplification=with_baseline(amplification, baseline_amplification),
+        attribution=attribution,
+        attribution_spans=attribution_spans,
+        signals=signals,
+        calls=calls,
+        boundary_rows=boundary_rows,
+        boundary_releases=boundary_releases,
+        slice_rows=slice_rows,
+        conv=conv,
     )

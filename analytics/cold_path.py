@@ -46,6 +46,7 @@ __all__ = [
     "cold_path_cdf",
     "cold_path_series",
     "cold_path_summary",
+    "fetch_job_spans",
     "fetch_jobs",
     "jobs_from_raw",
     "jobs_from_spans",
@@ -172,11 +173,19 @@ UNION ALL
 {_cold_roots_marked_in(table, "ResourceAttributes")}"""
 
 
-def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """One row per job enqueued in [start, end) (:data:`JOBS_SCHEMA`)."""
+def fetch_job_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """The job spans started in [start, end) (:data:`JOB_SPANS_SCHEMA`): what :func:`fetch_jobs`
+    reduces, and what the summaries keep."""
     params = {**conventions.sql_parameters(), "s": windows.start, "e": windows.end}
     frame = store.query_polars(inspect_traces(store).adapt(jobs_sql(store.table(TRACES_TABLE))), params)
-    return jobs_from_raw(jobs_from_spans(normalize(frame)))
+    if frame.is_empty():
+        return empty(JOB_SPANS_SCHEMA)
+    return normalize(frame).cast(pl.Schema(JOB_SPANS_SCHEMA)).select(list(JOB_SPANS_SCHEMA))
+
+
+def fetch_jobs(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
+    """One row per job enqueued in [start, end) (:data:`JOBS_SCHEMA`)."""
+    return jobs_from_raw(jobs_from_spans(fetch_job_spans(store, windows, conventions)))
 
 
 def jobs_from_spans(spans: pl.DataFrame) -> pl.DataFrame:

@@ -198,6 +198,16 @@ class Conventions:
     rollup_min_window: timedelta = timedelta(days=7)
     rollup_significant_digits: int = 3
 
+    # --- summaries (analytics.summaries) ---------------------------------------------------
+    # When a minute is summarised, the critical path of its slowest requests per operation is walked
+    # once: those at or above this share's quantile (a window's tail traces are read, not walked).
+    summary_walk_share: float = 0.05
+    summary_chunk: timedelta = timedelta(hours=6)  # spans summarised per read
+    # Minutes this recent are counted again at every build; changed ones are summarised again.
+    summary_late_horizon: timedelta = timedelta(hours=6)
+    # Summaries outlive the raw spans: a 30- or 90-day view keeps working after their TTL.
+    summary_retention: timedelta = timedelta(days=90)
+
     # --- sampled data (docs/analytics.md, "Sampled data") ---------------------------------
     # A p99 of sampled requests is flagged (p99_warning) when fewer stored requests than this lie at
     # or above it: the figure then rests on a handful of spans, each standing for many requests.
@@ -230,7 +240,7 @@ class Conventions:
         for name in _positive:
             if getattr(self, name) <= 0:
                 raise ConventionsError(f"conventions: {name} must be positive, got {getattr(self, name)}")
-        for name in ("bootstrap_confidence", "tail_quantile", "attribution_dominance"):
+        for name in ("bootstrap_confidence", "tail_quantile", "attribution_dominance", "summary_walk_share"):
             value = getattr(self, name)
             if not 0.0 < value < 1.0:
                 raise ConventionsError(f"conventions: {name} must be in (0, 1), got {value}")

@@ -279,20 +279,30 @@ def calls_in_windows(calls: pl.DataFrame, windows: Windows) -> pl.DataFrame:
     )
 
 
+def _counted(calls: pl.DataFrame) -> pl.DataFrame:
+    """``calls``: the calls each row stands for — one per row of :func:`llm_call_rows`, more per
+    row of an aggregate (the summaries' totals per window, provider, model and path)."""
+    if "calls" in calls.columns:
+        return calls.with_columns(pl.col("calls").cast(pl.Int64))
+    return calls.with_columns(pl.lit(1, pl.Int64).alias("calls"))
+
+
 def signal_counts(calls: pl.DataFrame) -> pl.DataFrame:
     """Per (window, provider, model): calls, attempts, failed and 429 attempts, retries and calls off
     the request path (:data:`SIGNAL_COUNTS_SCHEMA`), from :func:`llm_call_rows`. Pure."""
     if calls.is_empty():
         return empty(SIGNAL_COUNTS_SCHEMA)
+    n = pl.col("calls")
     return (
-        calls.group_by("window", "provider", "model")
+        _counted(calls)
+        .group_by("window", "provider", "model")
         .agg(
-            pl.len().alias("calls"),
+            n.sum().alias("calls"),
             pl.col("attempts").sum(),
             pl.col("failed_attempts").sum().alias("errors"),
             pl.col("throttled_attempts").sum().alias("throttled"),
-            (pl.col("attempts").sum() - pl.len()).alias("retries"),
-            (~pl.col("sync")).sum().alias("cold"),
+            (pl.col("attempts").sum() - n.sum()).alias("retries"),
+            n.filter(~pl.col("sync")).sum().alias("cold"),
         )
         .cast(pl.Schema(SIGNAL_COUNTS_SCHEMA))
         .select(list(SIGNAL_COUNTS_SCHEMA))
@@ -305,11 +315,13 @@ def llm_calls_summary(calls: pl.DataFrame) -> pl.DataFrame:
     current = calls.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(LLM_CALLS_SCHEMA)
+    n = pl.col("calls")
     return (
-        current.group_by("provider", "model")
+        _counted(current)
+        .group_by("provider", "model")
         .agg(
-            pl.len().cast(pl.Int64).alias("calls"),
-            pl.col("sync").sum().cast(pl.Int64).alias("sync_calls"),
+            n.sum().cast(pl.Int64).alias("calls"),
+            n.filter(pl.col("sync")).sum().cast(pl.Int64).alias("sync_calls"),
             pl.col("attempts").sum(),
             pl.col("failed_attempts").sum(),
             pl.col("throttled_attempts").sum(),

@@ -1,10 +1,12 @@
 """The analytics stage's tables: persisted analysis runs (with typed history per metric), the
-per-minute HdrHistogram rollups of hot-path latency and the first-seen times of releases."""
+per-minute HdrHistogram rollups of hot-path latency, the first-seen times of releases and the
+summaries (:mod:`analytics.summary_tables`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from analytics.summary_tables import summary_tables
 from storage import DDLContext, Migration, register_migrations
 
 __all__ = ["MIGRATIONS", "RELEASE_TIMES_TABLE", "ROLLUPS_TABLE", "ROLLUP_RUNS_TABLE", "migration"]
@@ -57,6 +59,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(4, ROLLUPS_TABLE, _rollups),
     migration(5, ROLLUP_RUNS_TABLE, _rollup_runs),
     migration(6, RELEASE_TIMES_TABLE, _release_times),
+    migration(11, "tailwatch_summary_* tables", summary_tables),
 )
 
 register_migrations(MIGRATIONS)

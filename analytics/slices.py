@@ -100,7 +100,8 @@ def flag_evaluations_sql(table: str, *, json: bool = False) -> str:
     )
     slice_attrs = _JSON_SLICE_ATTRS.replace("{ts}", ts) if json else _SLICE_ATTRS.format(ts=ts)
     return f"""
-SELECT cityHash64(TraceId) AS trace_key, ev.1 AS flag, ev.2 AS variant, ev.3 AS at_ns
+SELECT cityHash64(TraceId) AS trace_key, ev.1 AS flag, ev.2 AS variant, ev.3 AS at_ns,
+       toUnixTimestamp64Nano(Timestamp) AS span_ns
 FROM {table}
 ARRAY JOIN arrayConcat(
     if(hasAny(SpanAttributes.keys, {{cv_flag_key_attrs:Array(String)}}),
@@ -117,16 +118,22 @@ WHERE Timestamp >= {{s:DateTime64(9)}} AND Timestamp < {{e_m:DateTime64(9)}} AND
 """
 
 
-def fetch_flag_evaluations(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """Flag evaluations (:data:`FLAG_EVALUATIONS_SCHEMA`) of the current window's spans, duplicates
-    included (:func:`slices` keeps the first evaluation of each flag per trace)."""
+def fetch_flag_evaluations(
+    store: Store, windows: Windows, conventions: Conventions, *, margin: bool = True
+) -> pl.DataFrame:
+    """Flag evaluations (:data:`FLAG_EVALUATIONS_SCHEMA`) of the current window's spans (and its
+    trace margin unless ``margin`` is False), duplicates included (:func:`slices` keeps the first
+    evaluation of each flag per trace), with ``span_ns``, the start of the span that carried it."""
     params = {**conventions.sql_parameters(), **windows.params(conventions)}
+    if not margin:
+        params["e_m"] = windows.end
     layout = inspect_traces(store)
     sql = layout.adapt(flag_evaluations_sql(store.table(TRACES_TABLE), json=layout.json))
     frame = store.query_polars(sql, params)
+    schema = {**FLAG_EVALUATIONS_SCHEMA, "span_ns": pl.Int64}
     if frame.is_empty():
-        return empty(FLAG_EVALUATIONS_SCHEMA)
-    return normalize(frame).cast(pl.Schema(FLAG_EVALUATIONS_SCHEMA)).select(list(FLAG_EVALUATIONS_SCHEMA))
+        return empty(schema)
+    return normalize(frame).cast(pl.Schema(schema)).select(list(schema))
 
 
 def control_variant(requests_by_variant: dict[str, int], conventions: Conventions) -> str:

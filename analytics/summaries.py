@@ -1,0 +1,844 @@
+"""Summaries: each minute of spans reduced once to what the metrics read, so that a window's
+analysis costs what its new minutes cost, not what the window holds.
+
+``build_summaries`` is a job. For every whole minute from its last watermark to now minus
+:func:`summary_settle` (the trace margin and a minute: a request's LLM calls and a job's run have
+arrived by then) it runs the first half of an analysis — the span reads and everything that takes a
+whole trace to decide — and writes the narrow rows of :mod:`analytics.summary_tables`: one per
+hot-path request (with its synchronous LLM calls and the time they hold it), per logical LLM call,
+per job span, per span of a workflow trace, per flag evaluation, and the critical path of the
+slowest requests of each minute and operation (those at or above the minute's
+``1 − summary_walk_share`` quantile), walked once.
+
+Late and repeated spans: each summarised minute records how many span rows it held. Every build
+counts the rows of the minutes within ``summary_late_horizon`` again (one read of the timestamp
+column); a minute whose count changed is summarised again, with the trace margin before it (a late
+LLM call changes the request it belongs to), its old rows deleted first. Rows are read deduplicated,
+so a retried export changes a count but never a figure.
+
+``summarised_inputs`` is the other half: for a window and its baseline it reads the stored rows of
+the covered minutes and extracts the rest (the minutes not summarised yet, typically the last few)
+from raw spans the same way, so every window — whole minutes or not, covered or not — gets the same
+frames a full analysis builds; :func:`analytics.analyze` runs the same metric code on them. Tail
+traces whose critical path was not walked (a burst minute whose own tail starts above the window's
+p99) are walked then, from their minutes' spans, and kept.
+
+Retention: the summaries keep ``summary_retention`` (default 90 days) whatever the span table's TTL,
+dropped by whole days.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import polars as pl
+
+from analytics._common import Windows, empty, first_of_each, normalize
+from analytics.ancestry import boundary_traces, without_queued_calls
+from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_spans
+from analytics.boundary import sync_llm_union_ns
+from analytics.cold_path import JOB_SPANS_SCHEMA, fetch_job_spans
+from analytics.conventions import Conventions
+from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_llm_calls
+from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
+from analytics.llm_spans import fetch_llm_spans, fetch_roots
+from analytics.releases import record_release_times
+from analytics.retries import WORKFLOW_SPANS_SCHEMA, workflow_spans, workflows_from_spans
+from analytics.schema import MIGRATIONS
+from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
+from analytics.summary_tables import (
+    CALLS_TABLE,
+    EVALUATIONS_TABLE,
+    JOB_SPANS_TABLE,
+    MINUTES_TABLE,
+    REQUESTS_TABLE,
+    SUMMARY_TABLES,
+    TAIL_WALKS_TABLE,
+    WORKFLOW_SPANS_TABLE,
+)
+from analytics.trace_spans import fetch_trace_spans, with_span_attributes
+from collectors import TRACES_TABLE
+from storage import Store, as_utc, ensure_schema
+
+__all__ = [
+    "SummaryBuild",
+    "SummaryInputs",
+    "build_summaries",
+    "extract_range",
+    "summarised_inputs",
+    "summary_coverage",
+    "summary_settle",
+]
+
+_MINUTE = timedelta(minutes=1)
+# Repeated strings arrive as Arrow dictionaries (Polars categoricals): a fraction of the bytes.
+_DICTIONARIES = "SETTINGS output_format_arrow_low_cardinality_as_dictionary = 1"
+# Tail traces to walk at read time whose minutes lie this close are read together.
+_WALK_GAP = timedelta(minutes=15)
+
+# A request row as stored: the request columns but the window, and the time its synchronous LLM
+# calls hold it (the union of their intervals, clipped to it).
+STORED_REQUESTS_SCHEMA: dict[str, Any] = {
+    **{k: v for k, v in REQUESTS_SCHEMA.items() if k != "window"},
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "sync_llm_ms": pl.Float64,
+}
+# A logical LLM call: the call columns but the window, with its span times.
+STORED_CALLS_SCHEMA: dict[str, Any] = {
+    **{k: v for k, v in CALLS_SCHEMA.items() if k != "window"},
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+}
+WALKS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
+    "trace_id": pl.String,
+    "start": pl.Datetime("ns", "UTC"),
+    "llm_ns": pl.Int64,
+}
+STORED_WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {**WORKFLOW_SPANS_SCHEMA, "wf_start_ns": pl.Int64}
+STORED_EVALUATIONS_SCHEMA: dict[str, Any] = {**FLAG_EVALUATIONS_SCHEMA, "span_ns": pl.Int64}
+
+
+def _floor_minute(value: datetime) -> datetime:
+    return value.replace(second=0, microsecond=0)
+
+
+def _ceil_minute(value: datetime) -> datetime:
+    floor = _floor_minute(value)
+    return floor if floor == value else floor + _MINUTE
+
+
+def summary_settle(conventions: Conventions) -> timedelta:
+    """How long a minute waits before it is summarised: the trace margin (a request's LLM calls and
+    its trace's spans have started by then) and a minute for the exporters' batches."""
+    return conventions.trace_margin + _MINUTE
+
+
+# --- one range of spans, reduced ---------------------------------------------------------------
+
+
+@dataclass
+class RangeRows:
+    """What the spans of [lo, hi) reduce to, in the summary tables' columns."""
+
+    lo: datetime
+    hi: datetime
+    requests: pl.DataFrame  # STORED_REQUESTS_SCHEMA
+    calls: pl.DataFrame  # STORED_CALLS_SCHEMA, calls started in [lo, hi)
+    walks: pl.DataFrame  # WALKS_SCHEMA, one row per walked trace
+    paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA rows of the walked traces
+    job_spans: pl.DataFrame  # JOB_SPANS_SCHEMA
+    workflow_spans: pl.DataFrame  # STORED_WORKFLOW_SPANS_SCHEMA, workflows started in [lo, hi)
+    evaluations: pl.DataFrame  # STORED_EVALUATIONS_SCHEMA, of spans started in [lo, hi)
+
+    @classmethod
+    def empty(cls, lo: datetime, hi: datetime) -> RangeRows:
+        return cls(
+            lo,
+            hi,
+            empty(STORED_REQUESTS_SCHEMA),
+            empty(STORED_CALLS_SCHEMA),
+            empty(WALKS_SCHEMA),
+            empty(CRITICAL_PATH_SCHEMA),
+            empty(JOB_SPANS_SCHEMA),
+            empty(STORED_WORKFLOW_SPANS_SCHEMA),
+            empty(STORED_EVALUATIONS_SCHEMA),
+        )
+
+
+def walk_candidates(requests: pl.DataFrame, share: float) -> pl.DataFrame:
+    """The requests whose critical path a summary walks: those at or above the ``1 − share``
+    quantile of their (minute, service, operation) or of their (hour, service, operation) — the
+    minute's for a burst, the hour's for an operation with a few requests a minute. Pure."""
+    if requests.is_empty():
+        return requests.select("trace_key")
+    threshold = pl.col("duration_ms").quantile(1.0 - share, interpolation="linear")
+    by_minute = threshold.over(pl.col("start").dt.truncate("1m"), "service", "operation")
+    by_hour = threshold.over(pl.col("start").dt.truncate("1h"), "service", "operation")
+    return requests.filter(pl.col("duration_ms") >= pl.min_horizontal(by_minute, by_hour)).select("trace_key")
+
+
+def extract_range(
+    store: Store,
+    lo: datetime,
+    hi: datetime,
+    conventions: Conventions,
+    *,
+    walk: pl.Series | None = None,
+    with_candidates: bool = True,
+) -> RangeRows:
+    """The spans of [lo, hi) reduced as :func:`analytics.analyze` reduces a window's: the reads see
+    the trace margin on both sides (a request's calls after ``hi``, the roots before ``lo`` that make
+    a call synchronous), the rows kept are those that start in [lo, hi). ``walk``: trace keys to
+    walk besides the per-minute candidates (:func:`walk_candidates`; none with ``with_candidates`` False)."""
+    conv = conventions
+    margin = conv.trace_margin
+    reads = Windows(lo, hi, lo - margin, lo)
+    only = Windows(lo, hi, lo, hi)
+    roots = first_of_each(fetch_roots(store, reads, conv), "trace_key")
+    rows = request_rows(roots, reads).filter(pl.col("window") == "current")
+    llm_spans = first_of_each(fetch_llm_spans(store, reads, conv), "span_key")
+    attempts = span_attempts(llm_spans)
+    workflows = workflows_from_spans(llm_spans, only)
+    chosen = (
+        walk_candidates(rows, conv.summary_walk_share)["trace_key"]
+        if with_candidates
+        else empty({"trace_key": pl.UInt64})["trace_key"]
+    )
+    if walk is not None:
+        chosen = pl.concat([chosen, walk.cast(pl.UInt64)]).unique()
+    candidates = rows.filter(pl.col("trace_key").is_in(chosen.implode())).select(
+        "service", "operation", "window", "trace_key", "duration_ms", "start"
+    )
+    trace_rows = fetch_trace_spans(
+        store,
+        candidates,
+        workflows,
+        reads,
+        conv,
+        boundaries=boundary_traces(llm_spans, roots["trace_key"]),
+    )
+    llm_spans = without_queued_calls(llm_spans, trace_rows, roots["trace_key"])
+    every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
+    requests = with_sync_llm_calls(rows, every_call)
+    union = sync_llm_union_ns(requests, every_call)
+    stored_requests = (
+        requests.with_columns(pl.Series("sync_llm_ms", union / 1e6, dtype=pl.Float64))
+        .select(list(STORED_REQUESTS_SCHEMA))
+        .cast(pl.Schema(STORED_REQUESTS_SCHEMA))
+    )
+    start = pl.col("start_ns")
+    lo_ns, hi_ns = pl.lit(lo).dt.epoch("ns"), pl.lit(hi).dt.epoch("ns")
+    calls = (
+        every_call.filter((start >= lo_ns) & (start < hi_ns))
+        .select(list(STORED_CALLS_SCHEMA))
+        .cast(pl.Schema(STORED_CALLS_SCHEMA))
+    )
+    trace_spans = with_span_attributes(trace_rows, llm_spans, attempts)
+    walked_spans = tail_spans(trace_spans).join(candidates.select("trace_key"), on="trace_key", how="semi")
+    paths = critical_path(walked_spans)
+    ids = walked_spans.filter(pl.col("trace_id") != "").select("trace_key", "trace_id").unique("trace_key")
+    walks = (
+        candidates.select("trace_key", "start")
+        .join(ids, on="trace_key", how="inner")
+        .join(
+            paths.group_by("trace_key").agg(
+                pl.col("critical_ns").filter(pl.col("class") == "llm").sum().cast(pl.Int64).alias("llm_ns")
+            ),
+            on="trace_key",
+            how="left",
+        )
+        .with_columns(pl.col("llm_ns").fill_null(0))
+        .select(list(WALKS_SCHEMA))
+        .cast(pl.Schema(WALKS_SCHEMA))
+    )
+    wf_starts = llm_spans.select(
+        pl.col("span_key").alias("wf_span_key"), pl.col("start_ns").alias("wf_start_ns")
+    )
+    wf_spans = (
+        workflow_spans(trace_spans, workflows, only, conv)
+        .join(first_of_each(wf_starts, "wf_span_key"), on="wf_span_key", how="left")
+        .select(list(STORED_WORKFLOW_SPANS_SCHEMA))
+        .cast(pl.Schema(STORED_WORKFLOW_SPANS_SCHEMA))
+    )
+    return RangeRows(
+        lo=lo,
+        hi=hi,
+        requests=stored_requests,
+        calls=calls,
+        walks=walks,
+        paths=paths.join(walks.select("trace_key"), on="trace_key", how="semi"),
+        job_spans=fetch_job_spans(store, only, conv),
+        workflow_spans=wf_spans,
+        evaluations=fetch_flag_evaluations(store, only, conv, margin=False),
+    )
+
+
+# --- writing and reading the tables ------------------------------------------------------------
+
+
+def _to_arrow(frame: pl.DataFrame, start: pl.Expr) -> Any:
+    return frame.with_columns(start.dt.cast_time_unit("ns").alias("start")).to_arrow()
+
+
+def _ns_time(column: str) -> pl.Expr:
+    return pl.col(column).cast(pl.Datetime("ns", "UTC"))
+
+
+def _write(store: Store, rows: RangeRows) -> dict[str, int]:
+    walks = rows.walks.join(
+        rows.paths.group_by("trace_key").agg(
+            pl.col("span_key"),
+            pl.col("critical_ns"),
+            pl.col("self_ns"),
+            pl.col("class"),
+            pl.col("span_name"),
+            pl.col("provider"),
+            pl.col("model"),
+        ),
+        on="trace_key",
+        how="left",
+    ).with_columns(
+        pl.col("span_key").fill_null(pl.lit([], pl.List(pl.UInt64))),
+        pl.col("critical_ns", "self_ns").fill_null(pl.lit([], pl.List(pl.Int64))),
+        pl.col("class", "span_name", "provider", "model").fill_null(pl.lit([], pl.List(pl.String))),
+    )
+    tables = {
+        REQUESTS_TABLE: rows.requests.with_columns(pl.col("service", "operation", "version").cast(pl.String)),
+        CALLS_TABLE: rows.calls.with_columns(_ns_time("start_ns").alias("start")),
+        TAIL_WALKS_TABLE: walks,
+        JOB_SPANS_TABLE: rows.job_spans.with_columns(_ns_time("start_ns").alias("start")),
+        WORKFLOW_SPANS_TABLE: rows.workflow_spans.with_columns(_ns_time("wf_start_ns").alias("start")).drop(
+            "wf_start_ns"
+        ),
+        EVALUATIONS_TABLE: rows.evaluations.with_columns(_ns_time("span_ns").alias("start")).drop("span_ns"),
+    }
+    written = {}
+    for name, frame in tables.items():
+        if not frame.is_empty():
+            store.insert_arrow(
+                store.table(name), frame.with_columns(pl.col("start").dt.cast_time_unit("ns")).to_arrow()
+            )
+        written[name] = frame.height
+    return written
+
+
+def _delete(store: Store, lo: datetime, hi: datetime) -> None:
+    """Remove the rows of [lo, hi) before they are written again (lightweight deletes)."""
+    for name in SUMMARY_TABLES:
+        store.command(
+            f"DELETE FROM {store.table(name)} "
+            "WHERE start >= {lo:DateTime64(9)} AND start < {hi:DateTime64(9)}",
+            {"lo": lo, "hi": hi},
+        )
+
+
+def _span_counts(store: Store, lo: datetime, hi: datetime) -> dict[datetime, int]:
+    rows = store.query_rows(
+        f"SELECT toStartOfMinute(Timestamp) AS minute, count() FROM {store.table(TRACES_TABLE)} "
+        "WHERE Timestamp >= {lo:DateTime64(9)} AND Timestamp < {hi:DateTime64(9)} GROUP BY minute",
+        {"lo": lo, "hi": hi},
+    )
+    return {as_utc(m): int(n) for m, n in rows}
+
+
+def _recorded_counts(store: Store, lo: datetime, hi: datetime) -> dict[datetime, int]:
+    rows = store.query_rows(
+        f"SELECT minute, argMax(spans, built_at) FROM {store.table(MINUTES_TABLE)} "
+        "WHERE minute >= {lo:DateTime} AND minute < {hi:DateTime} GROUP BY minute",
+        {"lo": lo, "hi": hi},
+    )
+    return {as_utc(m): int(n) for m, n in rows}
+
+
+def _record_minutes(store: Store, lo: datetime, hi: datetime, built_at: datetime) -> int:
+    counts = _span_counts(store, lo, hi)
+    minutes = []
+    m = lo
+    while m < hi:
+        minutes.append(m)
+        m += _MINUTE
+    store.insert_arrow(
+        store.table(MINUTES_TABLE),
+        pl.DataFrame(
+            {
+                "minute": minutes,
+                "spans": [counts.get(m, 0) for m in minutes],
+                "built_at": [built_at] * len(minutes),
+            },
+            schema={
+                "minute": pl.Datetime("us", "UTC"),
+                "spans": pl.UInt64,
+                "built_at": pl.Datetime("ms", "UTC"),
+            },
+        ).to_arrow(),
+    )
+    return len(minutes)
+
+
+def summary_coverage(
+    store: Store, lo: datetime | None = None, hi: datetime | None = None
+) -> list[tuple[datetime, datetime]]:
+    """The summarised time, as sorted disjoint [from, until) ranges of whole minutes (within
+    [lo, hi) when given)."""
+    if not store.table_exists(MINUTES_TABLE):
+        return []
+    where, params = "", {}
+    if lo is not None and hi is not None:
+        where = "WHERE minute >= {lo:DateTime} AND minute < {hi:DateTime}"
+        params = {"lo": _floor_minute(as_utc(lo)), "hi": _ceil_minute(as_utc(hi))}
+    # Runs of consecutive minutes, found in SQL: a minute starts a run when the one before is absent.
+    rows = store.query_rows(
+        f"""
+SELECT min(minute), max(minute) + 60
+FROM (
+    SELECT minute, toUnixTimestamp(minute) DIV 60 - row_number() OVER (ORDER BY minute) AS run
+    FROM (SELECT DISTINCT minute FROM {store.table(MINUTES_TABLE)} {where})
+)
+GROUP BY run ORDER BY 1""",
+        params,
+    )
+    return [(as_utc(a), as_utc(b)) for a, b in rows]
+
+
+@dataclass(frozen=True)
+class SummaryBuild:
+    """What one :func:`build_summaries` run did."""
+
+    built_from: datetime | None
+    built_until: datetime | None
+    minutes: int  # new minutes summarised
+    resummarised: int  # minutes summarised again (late or repeated spans)
+    rows: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        if self.built_from is None and not self.resummarised:
+            return "summaries up to date"
+        total = sum(self.rows.values())
+        span = (
+            f"{self.minutes} new minutes ({self.built_from:%Y-%m-%d %H:%M}–{self.built_until:%H:%M} UTC)"
+            if self.built_from is not None and self.built_until is not None
+            else "no new minutes"
+        )
+        return f"{span}, {self.resummarised} minutes again, {total} rows in {self.seconds:.1f} s"
+
+
+def _chunks(lo: datetime, hi: datetime, size: timedelta) -> Iterable[tuple[datetime, datetime]]:
+    while lo < hi:
+        yield lo, min(hi, lo + size)
+        lo = min(hi, lo + size)
+
+
+def _merge_ranges(ranges: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    out: list[tuple[datetime, datetime]] = []
+    for a, b in sorted(ranges):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def build_summaries(
+    store: Store,
+    until: datetime | None = None,
+    conventions: Conventions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> SummaryBuild:
+    """Summarise every whole minute from the last watermark (or the first span) to ``until``
+    (default: now − :func:`summary_settle`), and again every minute within ``summary_late_horizon``
+    whose span rows changed; drop summaries older than ``summary_retention``."""
+    conv = conventions or Conventions()
+    started = time.perf_counter()
+    ensure_schema(store, MIGRATIONS)
+    limit = _floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
+    covered = summary_coverage(store)
+    writer = f"{socket.gethostname()}:{os.getpid()}"
+    rows: dict[str, int] = {}
+
+    def run(lo: datetime, hi: datetime, again: bool) -> None:
+        built_at = datetime.now(UTC)
+        for a, b in _chunks(lo, hi, conv.summary_chunk):
+            if progress is not None:
+                progress(f"summarising {a:%Y-%m-%d %H:%M}–{b:%H:%M} UTC" + (" again" if again else ""))
+            if again:
+                _delete(store, a, b)
+            for name, n in _write(store, extract_range(store, a, b, conv)).items():
+                rows[name] = rows.get(name, 0) + n
+            record_release_times(store, a, b, writer, built_at, conv)
+            _record_minutes(store, a, b, built_at)
+
+    # Minutes summarised before whose span rows changed since: late or repeated spans.
+    again: list[tuple[datetime, datetime]] = []
+    if covered:
+        watermark = covered[-1][1]
+        horizon = max(covered[0][0], watermark - conv.summary_late_horizon)
+        now_counts = _span_counts(store, horizon, watermark)
+        recorded = _recorded_counts(store, horizon, watermark)
+        changed = [m for m in set(now_counts) | set(recorded) if now_counts.get(m, 0) != recorded.get(m, 0)]
+        again = _merge_ranges(
+            [(max(covered[0][0], m - _floor_minute_delta(conv.trace_margin)), m + _MINUTE) for m in changed]
+        )
+    else:
+        first = store.query_value(
+            f"SELECT min(Timestamp) FROM {store.table(TRACES_TABLE)} WHERE Timestamp < {{hi:DateTime64(9)}}",
+            {"hi": limit},
+        )
+        if first is None or first.year < 1971:
+            _drop_expired(store, limit, conv)
+            return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started)
+        watermark = _floor_minute(as_utc(first))
+    for a, b in again:
+        run(a, b, True)
+    built_from = watermark if watermark < limit else None
+    if built_from is not None:
+        run(watermark, limit, False)
+    _drop_expired(store, limit, conv)
+    return SummaryBuild(
+        built_from,
+        limit if built_from is not None else None,
+        int((limit - watermark) / _MINUTE) if built_from is not None else 0,
+        sum(int((b - a) / _MINUTE) for a, b in again),
+        rows,
+        time.perf_counter() - started,
+    )
+
+
+def _floor_minute_delta(value: timedelta) -> timedelta:
+    return timedelta(minutes=-(-value.total_seconds() // 60))
+
+
+def _drop_expired(store: Store, now: datetime, conv: Conventions) -> None:
+    """Drop the days of summaries older than the retention (whole partitions: no rewrite)."""
+    cutoff = (now - conv.summary_retention).strftime("%Y%m%d")
+    for name in (*SUMMARY_TABLES, MINUTES_TABLE):
+        parts = store.query_rows(
+            "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String} "
+            "AND active",
+            {"db": store.database, "t": name},
+        )
+        for (partition,) in parts:
+            day = str(partition)
+            # Minutes are partitioned by month (YYYYMM): a month goes once its last day has.
+            expired = day < cutoff if len(day) == 8 else day < cutoff[:6]
+            if expired:
+                store.command(f"ALTER TABLE {store.table(name)} DROP PARTITION {{p:String}}", {"p": day})
+
+
+# --- a window from the summaries ---------------------------------------------------------------
+
+
+@dataclass
+class SummaryInputs:
+    """A window's and its baseline's rows, from the summaries plus raw spans where not covered:
+    the frames :func:`analytics.analyze` computes its metrics from."""
+
+    requests: pl.DataFrame  # REQUESTS_SCHEMA, both windows
+    sync_llm_ms: pl.Series  # per row of ``requests``
+    calls: pl.DataFrame  # CALL_TOTALS_SCHEMA: per window, provider, model and path
+    workflow_spans: pl.DataFrame  # WORKFLOW_SPANS_SCHEMA, current window
+    baseline_workflow_spans: pl.DataFrame
+    jobs_spans: pl.DataFrame  # JOB_SPANS_SCHEMA started in the current window
+    baseline_job_spans: pl.DataFrame
+    evaluations: pl.DataFrame  # FLAG_EVALUATIONS_SCHEMA, current window and its margin
+    covered: tuple[datetime, datetime] | None  # the summarised span the window overlaps
+    raw: list[tuple[datetime, datetime]]  # what was read from raw spans instead
+    walk: Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame]]  # tails -> (walks, paths)
+
+
+def _in_ranges(ranges: list[tuple[datetime, datetime]]) -> tuple[str, dict[str, Any]]:
+    where = " OR ".join(
+        f"(start >= {{lo{i}:DateTime64(9)}} AND start < {{hi{i}:DateTime64(9)}})" for i in range(len(ranges))
+    )
+    params: dict[str, Any] = {}
+    for i, (a, b) in enumerate(ranges):
+        params |= {f"lo{i}": a, f"hi{i}": b}
+    return f"({where})", params
+
+
+def _read(store: Store, table: str, columns: str, ranges: list[tuple[datetime, datetime]]) -> pl.DataFrame:
+    if not ranges:
+        return pl.DataFrame()
+    where, params = _in_ranges(ranges)
+    return normalize(
+        store.query_polars(
+            f"SELECT {columns} FROM {store.table(table)} WHERE {where} {_DICTIONARIES}", params
+        )
+    )
+
+
+CALL_TOTALS_SCHEMA: dict[str, Any] = {
+    "window": pl.String,
+    "provider": pl.String,
+    "model": pl.String,
+    "sync": pl.Boolean,
+    "calls": pl.Int64,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "throttled_attempts": pl.Int64,
+    "backoff_ns": pl.Int64,
+    "tokens": pl.Int64,
+}
+_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens")
+
+
+def _call_totals(
+    store: Store, inside: list[tuple[datetime, datetime]], extracted: list[RangeRows], windows: Windows
+) -> pl.DataFrame:
+    """The logical LLM calls of each window, summed per (window, provider, model, path): all the
+    LLM-call metrics read (:func:`analytics.llm_calls.llm_calls_summary`, ``signal_counts``). A call
+    starting in both windows (they overlap) counts in the current one, as ``calls_in_windows``."""
+    bounds = {"s": windows.start, "e": windows.end, "bs": windows.baseline_start, "be": windows.baseline_end}
+    frames = []
+    if inside:
+        where, params = _in_ranges(inside)
+        sums = ", ".join(f"toInt64(sum({c})) AS {c}" for c in _SUMS)
+        current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
+        baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
+        frames.append(
+            store.query_polars(
+                f"SELECT if({current}, 'current', 'baseline') AS window, provider, model, sync, "
+                f"toInt64(count()) AS calls, {sums} FROM {store.table(CALLS_TABLE)} "
+                f"WHERE {where} AND (({current}) OR ({baseline})) GROUP BY window, provider, model, sync",
+                {**params, **bounds},
+            )
+        )
+    start = pl.col("start_ns")
+
+    def between(a: datetime, b: datetime) -> pl.Expr:
+        return (start >= pl.lit(a).dt.epoch("ns")) & (start < pl.lit(b).dt.epoch("ns"))
+
+    in_current = between(windows.start, windows.end)
+    in_baseline = between(windows.baseline_start, windows.baseline_end)
+    for part in extracted:
+        frames.append(
+            part.calls.filter(in_current | in_baseline)
+            .with_columns(
+                pl.when(in_current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window")
+            )
+            .group_by("window", "provider", "model", "sync")
+            .agg(pl.len().alias("calls"), *(pl.col(c).sum() for c in _SUMS))
+        )
+    if not frames:
+        return empty(CALL_TOTALS_SCHEMA)
+    merged = pl.concat(
+        [normalize(f).select(list(CALL_TOTALS_SCHEMA)).cast(pl.Schema(CALL_TOTALS_SCHEMA)) for f in frames]
+    )
+    return (
+        merged.group_by("window", "provider", "model", "sync")
+        .agg(pl.col("calls").sum(), *(pl.col(c).sum() for c in _SUMS))
+        .sort("window", "provider", "model", "sync")
+        .select(list(CALL_TOTALS_SCHEMA))
+    )
+
+
+def _split(
+    needed: list[tuple[datetime, datetime]], covered: list[tuple[datetime, datetime]]
+) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
+    """``needed`` cut into the parts ``covered`` holds and the rest."""
+    inside: list[tuple[datetime, datetime]] = []
+    outside: list[tuple[datetime, datetime]] = []
+    for a, b in needed:
+        cursor = a
+        for c, d in covered:
+            if d <= cursor or c >= b:
+                continue
+            if c > cursor:
+                outside.append((cursor, c))
+            inside.append((max(cursor, c), min(b, d)))
+            cursor = min(b, d)
+        if cursor < b:
+            outside.append((cursor, b))
+    return inside, outside
+
+
+def _cast(frame: pl.DataFrame, schema: dict[str, Any]) -> pl.DataFrame:
+    if frame.is_empty() and not frame.columns:
+        return empty(schema)
+    return frame.select(list(schema)).cast(pl.Schema(schema))
+
+
+def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) -> SummaryInputs | None:
+    """The inputs of the window from the summaries and raw spans where they do not reach, or
+    ``None`` when no summary covers any of it (the caller reads raw spans as before)."""
+    conv = conventions
+    margin = conv.trace_margin
+    needed = _merge_ranges(
+        [(windows.baseline_start, windows.baseline_end), (windows.start, windows.end + margin)]
+    )
+    covered = summary_coverage(store, needed[0][0], needed[-1][1])
+    inside, outside = _split(needed, covered)
+    if not inside:
+        return None
+    extracted = [extract_range(store, a, b, conv) for a, b in outside]
+
+    def both(
+        stored: pl.DataFrame, schema: dict[str, Any], part: Callable[[RangeRows], pl.DataFrame]
+    ) -> pl.DataFrame:
+        frames = [_cast(stored, schema), *(_cast(part(r), schema) for r in extracted)]
+        return pl.concat(frames, how="vertical")
+
+    requests = both(
+        _read(store, REQUESTS_TABLE, ", ".join(STORED_REQUESTS_SCHEMA), inside),
+        STORED_REQUESTS_SCHEMA,
+        lambda r: r.requests,
+    )
+    calls = _call_totals(store, inside, extracted, windows)
+    wf_columns = ", ".join(
+        c if c != "wf_start_ns" else "toUnixTimestamp64Nano(start) AS wf_start_ns"
+        for c in STORED_WORKFLOW_SPANS_SCHEMA
+    )
+    wf = both(
+        _read(store, WORKFLOW_SPANS_TABLE, wf_columns, inside),
+        STORED_WORKFLOW_SPANS_SCHEMA,
+        lambda r: r.workflow_spans,
+    )
+    job_spans = both(
+        _read(store, JOB_SPANS_TABLE, ", ".join(JOB_SPANS_SCHEMA), inside),
+        JOB_SPANS_SCHEMA,
+        lambda r: r.job_spans,
+    )
+    ev_columns = ", ".join(
+        c if c != "span_ns" else "toUnixTimestamp64Nano(start) AS span_ns" for c in STORED_EVALUATIONS_SCHEMA
+    )
+    evaluations = both(
+        _read(store, EVALUATIONS_TABLE, ev_columns, inside),
+        STORED_EVALUATIONS_SCHEMA,
+        lambda r: r.evaluations,
+    )
+
+    # The request rows of each window (both when they overlap), as request_rows labels them.
+    ns = pl.col("start").dt.epoch("ns")
+    labelled = []
+    for name, a, b in (
+        ("baseline", windows.baseline_start, windows.baseline_end),
+        ("current", windows.start, windows.end),
+    ):
+        labelled.append(
+            requests.filter((ns >= pl.lit(a).dt.epoch("ns")) & (ns < pl.lit(b).dt.epoch("ns"))).with_columns(
+                pl.lit(name).cast(WINDOW).alias("window")
+            )
+        )
+    rows = pl.concat(labelled)
+    start = pl.col("start_ns")
+
+    def between(column: pl.Expr, a: datetime, b: datetime) -> pl.Expr:
+        return (column >= pl.lit(a).dt.epoch("ns")) & (column < pl.lit(b).dt.epoch("ns"))
+
+    def workflow_rows(a: datetime, b: datetime) -> pl.DataFrame:
+        return wf.filter(
+            between(pl.col("wf_start_ns"), a, b) & (start < pl.lit(b + margin).dt.epoch("ns"))
+        ).select(list(WORKFLOW_SPANS_SCHEMA))
+
+    coverage_span = (covered[0][0], covered[-1][1]) if covered else None
+
+    def walk(tails: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return _walks(store, tails, extracted, coverage_span, conv)
+
+    return SummaryInputs(
+        requests=rows.select(list(REQUESTS_SCHEMA)).with_columns(
+            pl.col("service", "operation", "version").cast(pl.Categorical)
+        ),
+        sync_llm_ms=rows["sync_llm_ms"],
+        calls=calls,
+        workflow_spans=workflow_rows(windows.start, windows.end),
+        baseline_workflow_spans=workflow_rows(windows.baseline_start, windows.baseline_end),
+        jobs_spans=job_spans.filter(between(start, windows.start, windows.end)),
+        baseline_job_spans=job_spans.filter(between(start, windows.baseline_start, windows.baseline_end)),
+        evaluations=evaluations.filter(
+            between(pl.col("span_ns"), windows.start, windows.end + margin)
+        ).select(list(FLAG_EVALUATIONS_SCHEMA)),
+        covered=coverage_span,
+        raw=outside,
+        walk=walk,
+    )
+
+
+_WALK_COLUMNS = (
+    "trace_key, trace_id, start, llm_ns, span_key, critical_ns, self_ns, class, span_name, provider, model"
+)
+
+
+def _stored_walks(
+    store: Store, keys: pl.Series, lo: datetime, hi: datetime
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    if keys.is_empty():
+        return empty(WALKS_SCHEMA), empty(CRITICAL_PATH_SCHEMA)
+    params = {"lo": lo, "hi": hi}
+    where = "start >= {lo:DateTime64(9)} AND start < {hi:DateTime64(9)}"
+    table = store.table(TAIL_WALKS_TABLE)
+    if store.embedded:
+        with store.key_set(keys) as key_set:
+            frame = store.query_polars(
+                f"SELECT {_WALK_COLUMNS} FROM {table} WHERE {where} AND trace_key IN {key_set}", params
+            )
+    else:
+        frame = store.query_polars(
+            f"SELECT {_WALK_COLUMNS} FROM {table} WHERE {where} AND has({{keys:Array(UInt64)}}, trace_key)",
+            {**params, "keys": keys.to_list()},
+        )
+    if frame.is_empty():
+        return empty(WALKS_SCHEMA), empty(CRITICAL_PATH_SCHEMA)
+    frame = first_of_each(normalize(frame), "trace_key")
+    walks = frame.select(list(WALKS_SCHEMA)).cast(pl.Schema(WALKS_SCHEMA))
+    paths = (
+        frame.select(
+            "trace_key", "span_key", "critical_ns", "self_ns", "class", "span_name", "provider", "model"
+        )
+        .explode("span_key", "critical_ns", "self_ns", "class", "span_name", "provider", "model")
+        .drop_nulls("span_key")
+        .select(list(CRITICAL_PATH_SCHEMA))
+        .cast(pl.Schema(CRITICAL_PATH_SCHEMA))
+    )
+    return walks, paths
+
+
+def _walks(
+    store: Store,
+    tails: pl.DataFrame,
+    extracted: list[RangeRows],
+    covered: tuple[datetime, datetime] | None,
+    conv: Conventions,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The walks (:data:`WALKS_SCHEMA`) and critical paths of the tail traces (``trace_key``,
+    ``start``): stored ones, those the raw extraction walked, and — for the rest — a walk now from
+    their minutes' spans, stored where those minutes are summarised."""
+    keys = tails["trace_key"].unique()
+    if keys.is_empty():
+        return empty(WALKS_SCHEMA), empty(CRITICAL_PATH_SCHEMA)
+    lo = tails["start"].min()
+    hi = tails["start"].max()
+    assert isinstance(lo, datetime) and isinstance(hi, datetime)
+    walks, paths = _stored_walks(store, keys, lo, hi + timedelta(microseconds=1))
+    found = [walks, *(r.walks for r in extracted)]
+    found_paths = [paths, *(r.paths for r in extracted)]
+    have = pl.concat([f.select("trace_key") for f in found])["trace_key"]
+    missing = tails.filter(~pl.col("trace_key").is_in(have.implode())).unique("trace_key")
+    if not missing.is_empty():
+        minutes = missing.select(pl.col("start").dt.truncate("1m").alias("m"))["m"].unique().sort().to_list()
+        # Minutes close together are read as one range: fewer, larger reads.
+        ranges = _merge_ranges([(as_utc(m), as_utc(m) + _WALK_GAP) for m in minutes])
+        for a, b in ranges:
+            extra = extract_range(store, a, b, conv, walk=missing["trace_key"], with_candidates=False)
+            found.append(extra.walks)
+            found_paths.append(extra.paths)
+            if covered is not None and covered[0] <= a and b <= covered[1]:
+                # Kept, so the next window with this tail reads it (only the walks: the minute's
+                # other rows are stored already).
+                fresh = extra.walks.join(walks.select("trace_key"), on="trace_key", how="anti")
+                _write(
+                    store,
+                    RangeRows(
+                        a,
+                        b,
+                        empty(STORED_REQUESTS_SCHEMA),
+                        empty(STORED_CALLS_SCHEMA),
+                        fresh,
+                        extra.paths.join(fresh.select("trace_key"), on="trace_key", how="semi"),
+                        empty(JOB_SPANS_SCHEMA),
+                        empty(STORED_WORKFLOW_SPANS_SCHEMA),
+                        empty(STORED_EVALUATIONS_SCHEMA),
+                    ),
+                )
+    # Each trace's walk from the first source that has it (a trace is walked the same way anywhere).
+    wanted = tails.select("trace_key").unique()
+    out_walks: list[pl.DataFrame] = []
+    out_paths: list[pl.DataFrame] = []
+    taken = empty({"trace_key": pl.UInt64})
+    for source_walks, source_paths in zip(found, found_paths, strict=True):
+        fresh = source_walks.join(wanted, on="trace_key", how="semi").join(taken, on="trace_key", how="anti")
+        fresh = first_of_each(fresh, "trace_key")
+        out_walks.append(fresh)
+        out_paths.append(source_paths.join(fresh.select("trace_key"), on="trace_key", how="semi"))
+        taken = pl.concat([taken, fresh.select("trace_key")])
+    return pl.concat(out_walks), pl.concat(out_paths)

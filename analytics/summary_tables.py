@@ -1,0 +1,155 @@
+"""The tables of the summaries (:mod:`analytics.summaries`): what each minute of spans reduces to.
+
+One row per item the metrics count — a hot-path request, a logical LLM call, a walked tail trace, a
+job span, a workflow trace's span, a flag evaluation — with everything that took the whole trace to
+decide already decided (a request's synchronous LLM calls and the time they hold it, a call's
+attempts, a trace's critical path). A window's analysis reads these narrow rows instead of the span
+table's maps, and the same metric code runs on them.
+
+Every table is partitioned by day of ``start`` (a workflow's span by its workflow's start), so a
+retention shorter than the span table's drops whole days, and ordered so that a window's rows are
+one contiguous range. ``tailwatch_summary_minutes`` records each summarised minute: how many span
+rows it held when it was summarised (a later count that differs means late or repeated spans, and
+the minute is summarised again) and when.
+"""
+
+from __future__ import annotations
+
+from storage import DDLContext
+
+__all__ = [
+    "CALLS_TABLE",
+    "EVALUATIONS_TABLE",
+    "JOB_SPANS_TABLE",
+    "MINUTES_TABLE",
+    "REQUESTS_TABLE",
+    "SUMMARY_TABLES",
+    "TAIL_WALKS_TABLE",
+    "WORKFLOW_SPANS_TABLE",
+    "summary_tables",
+]
+
+REQUESTS_TABLE = "tailwatch_summary_requests"
+CALLS_TABLE = "tailwatch_summary_llm_calls"
+TAIL_WALKS_TABLE = "tailwatch_summary_tail_walks"
+JOB_SPANS_TABLE = "tailwatch_summary_job_spans"
+WORKFLOW_SPANS_TABLE = "tailwatch_summary_workflow_spans"
+EVALUATIONS_TABLE = "tailwatch_summary_flag_evaluations"
+MINUTES_TABLE = "tailwatch_summary_minutes"
+
+# (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
+_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        REQUESTS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    trace_key UInt64,
+    service LowCardinality(String),
+    operation LowCardinality(String),
+    version LowCardinality(String),
+    duration_ms Float64,
+    abandoned Bool,
+    weight Float64,
+    sync_llm_calls UInt32,
+    sync_llm_ms Float64""",
+        "(service, operation, start)",
+        "cityHash64(service, operation)",
+    ),
+    (
+        CALLS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    trace_key UInt64,
+    provider LowCardinality(String),
+    model LowCardinality(String),
+    attempts Int64,
+    failed_attempts Int64,
+    throttled_attempts Int64,
+    backoff_ns Int64,
+    tokens Int64,
+    sync Bool,
+    start_ns Int64,
+    end_ns Int64""",
+        "(provider, model, start)",
+        "cityHash64(provider, model)",
+    ),
+    (
+        TAIL_WALKS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    trace_key UInt64,
+    trace_id String,
+    llm_ns Int64,
+    span_key Array(UInt64),
+    critical_ns Array(Int64),
+    self_ns Array(Int64),
+    class Array(LowCardinality(String)),
+    span_name Array(String),
+    provider Array(String),
+    model Array(String)""",
+        "(start, trace_key)",
+        "trace_key",
+    ),
+    (
+        JOB_SPANS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    role UInt8,
+    job_key UInt64,
+    queue LowCardinality(String),
+    start_ns Int64,
+    end_ns Int64,
+    message_key UInt64,
+    failed Bool,
+    trace_key UInt64""",
+        "(start, job_key)",
+        "job_key",
+    ),
+    (
+        WORKFLOW_SPANS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    trace_key UInt64,
+    span_key UInt64,
+    parent_key UInt64,
+    name String,
+    start_ns Int64,
+    end_ns Int64,
+    failed Bool,
+    tokens Int64,
+    resend Int64,
+    extra_attempts Int64,
+    wf_span_key UInt64,
+    workflow LowCardinality(String),
+    trace_id String""",
+        "(workflow, start, trace_key)",
+        "trace_key",
+    ),
+    (
+        EVALUATIONS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    trace_key UInt64,
+    flag LowCardinality(String),
+    variant LowCardinality(String),
+    at_ns Int64""",
+        "(start, trace_key)",
+        "trace_key",
+    ),
+)
+
+SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in _TABLES)
+
+
+def summary_tables(ctx: DDLContext) -> list[str]:
+    """The summary tables (the analytics migration that adds them)."""
+    statements: list[str] = []
+    for name, body, order, shard in _TABLES:
+        tail = f"PARTITION BY toYYYYMMDD(start)\nORDER BY {order}"
+        statements += ctx.create_table(name, body, tail=tail, shard_key=shard)
+    minutes = """    minute DateTime('UTC'),
+    spans UInt64,
+    built_at DateTime64(3, 'UTC')"""
+    # The latest build of a minute wins (readers also take argMax(spans, built_at)).
+    statements += ctx.create_table(
+        MINUTES_TABLE,
+        minutes,
+        tail="PARTITION BY toYYYYMM(minute)\nORDER BY minute",
+        kind="ReplacingMergeTree",
+        engine_args="built_at",
+    )
+    return statements
