@@ -16,11 +16,10 @@ from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
-from analytics.hot_path import latency_good_total
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.rollups import build_rollups
-from analytics.summaries import SummaryBuild, build_summaries, summary_coverage
+from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
 
 __all__ = [
     "FRAME_SCHEMAS",

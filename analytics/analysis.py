@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import Any, cast
 
 import polars as pl
@@ -172,6 +174,15 @@ def _records(frame: pl.DataFrame, columns: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+class _Deferred:
+    """A frame of a lazy :class:`Analysis` not computed yet."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[str], pl.DataFrame]) -> None:
+        self.compute = compute
+
+
 @dataclass(frozen=True)
 class Analysis:
     """Every metric of one run. Frames and their columns: see ``FRAME_SCHEMAS`` and docs/analytics.md.
@@ -209,6 +220,26 @@ class Analysis:
     slices: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=SLICES_SCHEMA))
     bucket_ms: int = 500
     run_id: str = ""
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if type(value) is _Deferred:
+            value = value.compute(name)
+            object.__setattr__(self, name, value)
+        return value
+
+    @classmethod
+    def deferred(cls, windows: Windows, bucket_ms: int, compute: Callable[[str], pl.DataFrame]) -> Analysis:
+        """An analysis whose frames ``compute(name)`` makes when each is first read."""
+        later = _Deferred(compute)
+        return cls(
+            start=windows.start,
+            end=windows.end,
+            baseline_start=windows.baseline_start,
+            baseline_end=windows.baseline_end,
+            bucket_ms=bucket_ms,
+            **cast(dict[str, Any], dict.fromkeys(FRAME_SCHEMAS, later)),
+        )
 
     @property
     def frames(self) -> dict[str, pl.DataFrame]:
@@ -420,12 +451,15 @@ def analyze(
     conventions: Conventions | None = None,
     *,
     use_summaries: bool = True,
+    lazy: bool = False,
 ) -> Analysis:
     """Every metric over [start, end) against the baseline window (default: the window of equal
     length just before ``start``). Datetimes must be timezone-aware.
 
     Where :func:`analytics.build_summaries` has summarised the spans, their rows are read instead
-    (the same figures, see :mod:`analytics.summaries`); ``use_summaries=False`` reads every span."""
+    (the same figures, see :mod:`analytics.summaries`); ``use_summaries=False`` reads every span.
+    ``lazy``: from summaries, each frame is computed when first read (the store must stay open
+    until then) — a caller reading a few frames pays for those."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     # The baseline window on its own, for the metrics read per window (jobs, workflow runs).
@@ -436,7 +470,10 @@ def analyze(
     # Where the summaries reach, their rows replace the span reads (analytics.summaries).
     summarised = summarised_inputs(store, windows, conv) if use_summaries else None
     if summarised is not None:
-        return _analysis(windows, conv, _from_summaries(store, summarised, windows, conv, every))
+        source = _FromSummaries(store, summarised, windows, conv, every)
+        if lazy:
+            return Analysis.deferred(windows, conv.bucket_ms, source.frame)
+        return _analysis(windows, conv, {name: source.frame(name) for name in FRAME_SCHEMAS})
     # The store answers one query at a time: one thread runs the reductions in order while this one
     # does the Polars work on what has arrived, so the two overlap and the store never waits for
     # Python between queries. On an error the queries not yet started are cancelled.
@@ -624,85 +661,156 @@ def _analysis(windows: Windows, conv: Conventions, frames: dict[str, pl.DataFram
     )
 
 
-def _from_summaries(
-    store: Store, inputs: SummaryInputs, windows: Windows, conv: Conventions, every: timedelta
-) -> dict[str, pl.DataFrame]:
+class _FromSummaries:
     """The metrics of :func:`analyze` from the summaries' rows: the same functions on the same
-    frames, the span reads and per-trace reductions done once when each minute was summarised."""
-    baseline = Windows(
-        windows.baseline_start, windows.baseline_end, windows.baseline_start, windows.baseline_end
-    )
-    requests = inputs.requests
-    tails = tail_traces(requests, conv)
-    walks, path = inputs.walk(tails)
-    tails_with_ids = tails.join(walks.select("trace_key", "trace_id"), on="trace_key", how="inner")
-    attribution, attribution_spans = attribute(requests, tails_with_ids, path, conv)
-    causes = llm_causes(attribution, attribution_spans)
-    walked = walks.select("trace_key", "llm_ns")
+    frames, the span reads and per-trace reductions done once when each minute was summarised.
+    Each frame is computed when first asked for (with what it needs and no more)."""
 
-    hot = long_window_hot_path(
-        store, windows, conv, requests, hot_path_summary(requests, conv.min_sampled_tail)
-    )
-    hot_series = hot_path_series(requests, every, conv.min_sampled_tail)
-    buckets = abandonment(requests, conv)
-    buckets_summary = abandonment_summary(requests, buckets, conv)
+    def __init__(
+        self, store: Store, inputs: SummaryInputs, windows: Windows, conv: Conventions, every: timedelta
+    ) -> None:
+        self.store, self.inputs, self.windows, self.conv, self.every = store, inputs, windows, conv, every
 
-    first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
-    release_rows = releases(
-        requests, fetch_release_times(store, first_requests, windows, conv, inputs.covered), conv
-    )
+    def frame(self, name: str) -> pl.DataFrame:
+        return getattr(self, name).cast(pl.Schema(FRAME_SCHEMAS[name]))
 
-    current_rows = requests.with_columns(inputs.sync_llm_ms.alias("sync_llm_ms")).filter(
-        pl.col("window") == "current"
-    )
-    current = with_critical_path(
-        current_rows.select(
-            "trace_key",
-            pl.col("service").cast(pl.String),
-            pl.col("operation").cast(pl.String),
-            pl.col("version").cast(pl.String),
-            "duration_ms",
-            "abandoned",
-            "sync_llm_calls",
-            "sync_llm_ms",
-            pl.col("weight").fill_null(1.0),
-        ),
-        walked,
-        conv,
-    )
-    boundary_rows, boundary_releases = boundary(
-        current,
-        buckets_summary,
-        buckets,
-        release_rows,
-        (windows.end - windows.start).total_seconds(),
-        conv,
-    )
-    jobs = jobs_from_raw(jobs_from_spans(inputs.jobs_spans))
-    baseline_jobs = jobs_from_raw(jobs_from_spans(inputs.baseline_job_spans))
-    slice_rows = slices(current, inputs.evaluations, jobs, conv)
-    calls = inputs.calls
-    signals = llm_signals(causes, signal_counts(calls))
-    hops, amplification = retry_metrics(inputs.workflow_spans)
-    _, baseline_amplification = retry_metrics(inputs.baseline_workflow_spans)
-    del baseline
-    return _frames(
-        hot=hot,
-        release_rows=release_rows,
-        hot_series=hot_series,
-        jobs=jobs,
-        baseline_jobs=baseline_jobs,
-        every=every,
-        buckets=buckets,
-        buckets_summary=buckets_summary,
-        hops=hops,
-        amplification=with_baseline(amplification, baseline_amplification),
-        attribution=attribution,
-        attribution_spans=attribution_spans,
-        signals=signals,
-        calls=calls,
-        boundary_rows=boundary_rows,
-        boundary_releases=boundary_releases,
-        slice_rows=slice_rows,
-        conv=conv,
-    )
+    # --- what several frames share ------------------------------------------------------------
+    @cached_property
+    def _attribution(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        requests = self.inputs.requests
+        tails = tail_traces(requests, self.conv)
+        walks, path = self.inputs.walk(tails)
+        tails_with_ids = tails.join(walks.select("trace_key", "trace_id"), on="trace_key", how="inner")
+        attribution, attribution_spans = attribute(requests, tails_with_ids, path, self.conv)
+        causes = llm_causes(attribution, attribution_spans)
+        return attribution, attribution_spans, causes, walks.select("trace_key", "llm_ns")
+
+    @cached_property
+    def _buckets(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        buckets = abandonment(self.inputs.requests, self.conv)
+        return buckets, abandonment_summary(self.inputs.requests, buckets, self.conv)
+
+    @cached_property
+    def _current(self) -> pl.DataFrame:
+        """The current window's requests with the time their synchronous LLM calls hold them."""
+        requests = self.inputs.requests.with_columns(self.inputs.sync_llm_ms.alias("sync_llm_ms"))
+        return with_critical_path(
+            requests.filter(pl.col("window") == "current").select(
+                "trace_key",
+                pl.col("service").cast(pl.String),
+                pl.col("operation").cast(pl.String),
+                pl.col("version").cast(pl.String),
+                "duration_ms",
+                "abandoned",
+                "sync_llm_calls",
+                "sync_llm_ms",
+                pl.col("weight").fill_null(1.0),
+            ),
+            self._attribution[3],
+            self.conv,
+        )
+
+    @cached_property
+    def _boundary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        buckets, buckets_summary = self._buckets
+        return boundary(
+            self._current,
+            buckets_summary,
+            buckets,
+            self.releases,
+            (self.windows.end - self.windows.start).total_seconds(),
+            self.conv,
+        )
+
+    @cached_property
+    def _jobs(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return (
+            jobs_from_raw(jobs_from_spans(self.inputs.job_spans)),
+            jobs_from_raw(jobs_from_spans(self.inputs.baseline_job_spans)),
+        )
+
+    @cached_property
+    def _retries(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        hops, amplification = retry_metrics(self.inputs.workflow_spans)
+        _, baseline_amplification = retry_metrics(self.inputs.baseline_workflow_spans)
+        return hops, with_baseline(amplification, baseline_amplification)
+
+    # --- the frames -----------------------------------------------------------------------------
+    @cached_property
+    def hot_path(self) -> pl.DataFrame:
+        requests = self.inputs.requests
+        exact = hot_path_summary(requests, self.conv.min_sampled_tail)
+        return long_window_hot_path(self.store, self.windows, self.conv, requests, exact)
+
+    @cached_property
+    def hot_path_series(self) -> pl.DataFrame:
+        return hot_path_series(self.inputs.requests, self.every, self.conv.min_sampled_tail)
+
+    @cached_property
+    def releases(self) -> pl.DataFrame:
+        requests = self.inputs.requests
+        first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
+        times = fetch_release_times(self.store, first_requests, self.windows, self.conv, self.inputs.covered)
+        return releases(requests, times, self.conv)
+
+    @cached_property
+    def release_coupling(self) -> pl.DataFrame:
+        return release_coupling(self.releases, self.conv)
+
+    @property
+    def abandonment(self) -> pl.DataFrame:
+        return self._buckets[0]
+
+    @property
+    def abandonment_summary(self) -> pl.DataFrame:
+        return self._buckets[1]
+
+    @property
+    def attribution(self) -> pl.DataFrame:
+        return self._attribution[0]
+
+    @property
+    def attribution_spans(self) -> pl.DataFrame:
+        return self._attribution[1]
+
+    @cached_property
+    def llm_signals(self) -> pl.DataFrame:
+        return llm_signals(self._attribution[2], signal_counts(self.inputs.calls))
+
+    @cached_property
+    def llm_calls(self) -> pl.DataFrame:
+        return llm_calls_summary(self.inputs.calls)
+
+    @property
+    def boundary(self) -> pl.DataFrame:
+        return self._boundary[0]
+
+    @property
+    def boundary_releases(self) -> pl.DataFrame:
+        return self._boundary[1]
+
+    @cached_property
+    def slices(self) -> pl.DataFrame:
+        return slices(self._current, self.inputs.evaluations, self._jobs[0], self.conv)
+
+    @cached_property
+    def cold_path(self) -> pl.DataFrame:
+        jobs, baseline_jobs = self._jobs
+        return cold_path_summary(jobs, self.conv, baseline_jobs)
+
+    @cached_property
+    def cold_path_series(self) -> pl.DataFrame:
+        return cold_path_series(self._jobs[0], self.every)
+
+    @cached_property
+    def cold_path_cdf(self) -> pl.DataFrame:
+        jobs, baseline_jobs = self._jobs
+        return cold_path_cdf(jobs, self.conv.cdf_points, baseline_jobs)
+
+    @property
+    def retry_hops(self) -> pl.DataFrame:
+        return self._retries[0]
+
+    @property
+    def retry_amplification(self) -> pl.DataFrame:
+        return self._retries[1]

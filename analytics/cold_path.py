@@ -401,4 +401,5 @@ def _cdf(jobs: pl.DataFrame, points: int, window: str) -> pl.DataFrame:
         )
     if not frames:
         return empty(COLD_PATH_CDF_SCHEMA)
-    return pl.concat(frames).sort("queue", "enqueue_to_ready_s")
+    # Ties in value keep their rank order: a sort on the value alone may swap them.
+    return pl.concat(frames).sort("queue", "enqueue_to_ready_s", "cdf")

@@ -266,10 +266,12 @@ def hot_path_series(requests: pl.DataFrame, every: timedelta, min_sampled_tail: 
     )
 
 
-def latency_good_total_sql(table: str) -> str:
+def latency_good_total_sql(table: str, rounded: bool = True) -> str:
+    good, total = "sumIf(weight, duration_ns < {threshold_ns:Float64})", "sum(weight)"
+    if rounded:
+        good, total = f"toInt64(round({good}))", f"toInt64(round({total}))"
     return f"""
-SELECT service, operation, toInt64(round(sumIf(weight, duration_ns < {{threshold_ns:Float64}}))) AS good,
-       toInt64(round(sum(weight))) AS total
+SELECT service, operation, {good} AS good, {total} AS total
 FROM (
     -- Sampled data: each root counts as the requests it stands for (a sum of 1.0s is the count).
     SELECT ServiceName AS service, SpanName AS operation, Duration AS duration_ns, {WEIGHT} AS weight
@@ -288,10 +290,13 @@ def latency_good_total(
     end: datetime,
     threshold_ms: float,
     conventions: Conventions | None = None,
+    *,
+    rounded: bool = True,
 ) -> pl.DataFrame:
     """Per (service, operation) of hot-path requests started in [start, end): ``good`` (faster than
     ``threshold_ms``) and ``total`` — the good/total pair of a latency SLO, weighted by the sample rate
-    in sampled data (rounded). One deduplicated GROUP BY."""
+    in sampled data (rounded, unless ``rounded`` is False: sums of parts to add up). One deduplicated
+    GROUP BY of the spans."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end)
     params = {
@@ -302,10 +307,11 @@ def latency_good_total(
     }
     frame = normalize(
         store.query_polars(
-            inspect_traces(store).adapt(latency_good_total_sql(store.table(TRACES_TABLE))), params
+            inspect_traces(store).adapt(latency_good_total_sql(store.table(TRACES_TABLE), rounded)), params
         )
     )
-    schema = {"service": pl.String, "operation": pl.String, "good": pl.Int64, "total": pl.Int64}
+    count = pl.Int64 if rounded else pl.Float64
+    schema = {"service": pl.String, "operation": pl.String, "good": count, "total": count}
     if frame.is_empty():
         return empty(schema)
     return frame.cast(pl.Schema(schema))

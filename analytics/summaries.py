@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from typing import Any
 
 import polars as pl
@@ -46,6 +47,7 @@ from analytics.boundary import sync_llm_union_ns
 from analytics.cold_path import JOB_SPANS_SCHEMA, fetch_job_spans
 from analytics.conventions import Conventions
 from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_llm_calls
+from analytics.hot_path import latency_good_total as raw_good_total
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import record_release_times
@@ -71,6 +73,7 @@ __all__ = [
     "SummaryInputs",
     "build_summaries",
     "extract_range",
+    "latency_good_total",
     "summarised_inputs",
     "summary_coverage",
     "summary_settle",
@@ -405,7 +408,8 @@ class SummaryBuild:
             return "summaries up to date"
         total = sum(self.rows.values())
         span = (
-            f"{self.minutes} new minutes ({self.built_from:%Y-%m-%d %H:%M}–{self.built_until:%H:%M} UTC)"
+            f"{self.minutes} new minutes "
+            f"({self.built_from:%Y-%m-%d %H:%M} – {self.built_until:%Y-%m-%d %H:%M} UTC)"
             if self.built_from is not None and self.built_until is not None
             else "no new minutes"
         )
@@ -450,7 +454,9 @@ def build_summaries(
         built_at = datetime.now(UTC)
         for a, b in _chunks(lo, hi, conv.summary_chunk):
             if progress is not None:
-                progress(f"summarising {a:%Y-%m-%d %H:%M}–{b:%H:%M} UTC" + (" again" if again else ""))
+                progress(
+                    f"summarising {a:%Y-%m-%d %H:%M} – {b:%Y-%m-%d %H:%M} UTC" + (" again" if again else "")
+                )
             if again:
                 _delete(store, a, b)
             for name, n in _write(store, extract_range(store, a, b, conv)).items():
@@ -508,32 +514,12 @@ def _drop_expired(store: Store, now: datetime, conv: Conventions) -> None:
             {"db": store.database, "t": name},
         )
         for (partition,) in parts:
-            day = str(partition)
-            # Minutes are partitioned by month (YYYYMM): a month goes once its last day has.
-            expired = day < cutoff if len(day) == 8 else day < cutoff[:6]
-            if expired:
+            day = str(partition)  # every summary table is partitioned by day (YYYYMMDD)
+            if day < cutoff:
                 store.command(f"ALTER TABLE {store.table(name)} DROP PARTITION {{p:String}}", {"p": day})
 
 
 # --- a window from the summaries ---------------------------------------------------------------
-
-
-@dataclass
-class SummaryInputs:
-    """A window's and its baseline's rows, from the summaries plus raw spans where not covered:
-    the frames :func:`analytics.analyze` computes its metrics from."""
-
-    requests: pl.DataFrame  # REQUESTS_SCHEMA, both windows
-    sync_llm_ms: pl.Series  # per row of ``requests``
-    calls: pl.DataFrame  # CALL_TOTALS_SCHEMA: per window, provider, model and path
-    workflow_spans: pl.DataFrame  # WORKFLOW_SPANS_SCHEMA, current window
-    baseline_workflow_spans: pl.DataFrame
-    jobs_spans: pl.DataFrame  # JOB_SPANS_SCHEMA started in the current window
-    baseline_job_spans: pl.DataFrame
-    evaluations: pl.DataFrame  # FLAG_EVALUATIONS_SCHEMA, current window and its margin
-    covered: tuple[datetime, datetime] | None  # the summarised span the window overlaps
-    raw: list[tuple[datetime, datetime]]  # what was read from raw spans instead
-    walk: Callable[[pl.DataFrame], tuple[pl.DataFrame, pl.DataFrame]]  # tails -> (walks, paths)
 
 
 def _in_ranges(ranges: list[tuple[datetime, datetime]]) -> tuple[str, dict[str, Any]]:
@@ -642,6 +628,131 @@ def _split(
     return inside, outside
 
 
+class SummaryInputs:
+    """A window's and its baseline's rows, from the summaries plus raw spans where they do not
+    reach: the frames :func:`analytics.analyze` computes its metrics from, each read when first
+    asked for."""
+
+    def __init__(
+        self,
+        store: Store,
+        windows: Windows,
+        conventions: Conventions,
+        inside: list[tuple[datetime, datetime]],
+        extracted: list[RangeRows],
+        covered: tuple[datetime, datetime] | None,
+    ) -> None:
+        self.store, self.windows, self.conv = store, windows, conventions
+        self.inside = inside  # the summarised parts of what the window reads
+        self.extracted = extracted  # the rest, reduced from raw spans now
+        self.covered = covered  # the summarised span the window overlaps
+
+    @property
+    def raw(self) -> list[tuple[datetime, datetime]]:
+        """What was read from raw spans."""
+        return [(r.lo, r.hi) for r in self.extracted]
+
+    def _both(
+        self, table: str, columns: str, schema: dict[str, Any], part: Callable[[RangeRows], pl.DataFrame]
+    ) -> pl.DataFrame:
+        stored = _read(self.store, table, columns, self.inside)
+        return pl.concat([_cast(stored, schema), *(_cast(part(r), schema) for r in self.extracted)])
+
+    def _between(self, column: pl.Expr, a: datetime, b: datetime) -> pl.Expr:
+        return (column >= pl.lit(a).dt.epoch("ns")) & (column < pl.lit(b).dt.epoch("ns"))
+
+    @cached_property
+    def _requests(self) -> pl.DataFrame:
+        requests = self._both(
+            REQUESTS_TABLE, ", ".join(STORED_REQUESTS_SCHEMA), STORED_REQUESTS_SCHEMA, lambda r: r.requests
+        )
+        # The request rows of each window (both when they overlap), as request_rows labels them.
+        w = self.windows
+        labelled = [
+            requests.filter(self._between(pl.col("start").dt.epoch("ns"), a, b)).with_columns(
+                pl.lit(name).cast(WINDOW).alias("window")
+            )
+            for name, a, b in (("baseline", w.baseline_start, w.baseline_end), ("current", w.start, w.end))
+        ]
+        return pl.concat(labelled)
+
+    @property
+    def requests(self) -> pl.DataFrame:
+        """:data:`~analytics.hot_path.REQUESTS_SCHEMA`, both windows."""
+        return self._requests.select(list(REQUESTS_SCHEMA)).with_columns(
+            pl.col("service", "operation", "version").cast(pl.Categorical)
+        )
+
+    @property
+    def sync_llm_ms(self) -> pl.Series:
+        """Per row of :attr:`requests`: the time its synchronous LLM calls hold it."""
+        return self._requests["sync_llm_ms"]
+
+    @cached_property
+    def calls(self) -> pl.DataFrame:
+        """:data:`CALL_TOTALS_SCHEMA`: per window, provider, model and path."""
+        return _call_totals(self.store, self.inside, self.extracted, self.windows)
+
+    @cached_property
+    def _workflow_rows(self) -> pl.DataFrame:
+        columns = ", ".join(
+            c if c != "wf_start_ns" else "toUnixTimestamp64Nano(start) AS wf_start_ns"
+            for c in STORED_WORKFLOW_SPANS_SCHEMA
+        )
+        return self._both(
+            WORKFLOW_SPANS_TABLE, columns, STORED_WORKFLOW_SPANS_SCHEMA, lambda r: r.workflow_spans
+        )
+
+    def _workflows(self, a: datetime, b: datetime) -> pl.DataFrame:
+        wf = self._workflow_rows
+        started = self._between(pl.col("wf_start_ns"), a, b)
+        return wf.filter(
+            started & (pl.col("start_ns") < pl.lit(b + self.conv.trace_margin).dt.epoch("ns"))
+        ).select(list(WORKFLOW_SPANS_SCHEMA))
+
+    @property
+    def workflow_spans(self) -> pl.DataFrame:
+        """:data:`~analytics.retries.WORKFLOW_SPANS_SCHEMA` of the current window's workflows."""
+        return self._workflows(self.windows.start, self.windows.end)
+
+    @property
+    def baseline_workflow_spans(self) -> pl.DataFrame:
+        return self._workflows(self.windows.baseline_start, self.windows.baseline_end)
+
+    @cached_property
+    def _job_spans(self) -> pl.DataFrame:
+        return self._both(
+            JOB_SPANS_TABLE, ", ".join(JOB_SPANS_SCHEMA), JOB_SPANS_SCHEMA, lambda r: r.job_spans
+        )
+
+    @property
+    def job_spans(self) -> pl.DataFrame:
+        """The job spans started in the current window (:data:`~analytics.cold_path.JOB_SPANS_SCHEMA`)."""
+        return self._job_spans.filter(self._between(pl.col("start_ns"), self.windows.start, self.windows.end))
+
+    @property
+    def baseline_job_spans(self) -> pl.DataFrame:
+        w = self.windows
+        return self._job_spans.filter(self._between(pl.col("start_ns"), w.baseline_start, w.baseline_end))
+
+    @cached_property
+    def evaluations(self) -> pl.DataFrame:
+        """Flag evaluations of the current window and its margin (``FLAG_EVALUATIONS_SCHEMA``)."""
+        columns = ", ".join(
+            c if c != "span_ns" else "toUnixTimestamp64Nano(start) AS span_ns"
+            for c in STORED_EVALUATIONS_SCHEMA
+        )
+        rows = self._both(EVALUATIONS_TABLE, columns, STORED_EVALUATIONS_SCHEMA, lambda r: r.evaluations)
+        w = self.windows
+        return rows.filter(self._between(pl.col("span_ns"), w.start, w.end + self.conv.trace_margin)).select(
+            list(FLAG_EVALUATIONS_SCHEMA)
+        )
+
+    def walk(self, tails: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The walks and critical paths of ``tails`` (see :func:`_walks`)."""
+        return _walks(self.store, tails, self.extracted, self.covered, self.conv)
+
+
 def _cast(frame: pl.DataFrame, schema: dict[str, Any]) -> pl.DataFrame:
     if frame.is_empty() and not frame.columns:
         return empty(schema)
@@ -652,96 +763,15 @@ def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) 
     """The inputs of the window from the summaries and raw spans where they do not reach, or
     ``None`` when no summary covers any of it (the caller reads raw spans as before)."""
     conv = conventions
-    margin = conv.trace_margin
     needed = _merge_ranges(
-        [(windows.baseline_start, windows.baseline_end), (windows.start, windows.end + margin)]
+        [(windows.baseline_start, windows.baseline_end), (windows.start, windows.end + conv.trace_margin)]
     )
     covered = summary_coverage(store, needed[0][0], needed[-1][1])
     inside, outside = _split(needed, covered)
     if not inside:
         return None
     extracted = [extract_range(store, a, b, conv) for a, b in outside]
-
-    def both(
-        stored: pl.DataFrame, schema: dict[str, Any], part: Callable[[RangeRows], pl.DataFrame]
-    ) -> pl.DataFrame:
-        frames = [_cast(stored, schema), *(_cast(part(r), schema) for r in extracted)]
-        return pl.concat(frames, how="vertical")
-
-    requests = both(
-        _read(store, REQUESTS_TABLE, ", ".join(STORED_REQUESTS_SCHEMA), inside),
-        STORED_REQUESTS_SCHEMA,
-        lambda r: r.requests,
-    )
-    calls = _call_totals(store, inside, extracted, windows)
-    wf_columns = ", ".join(
-        c if c != "wf_start_ns" else "toUnixTimestamp64Nano(start) AS wf_start_ns"
-        for c in STORED_WORKFLOW_SPANS_SCHEMA
-    )
-    wf = both(
-        _read(store, WORKFLOW_SPANS_TABLE, wf_columns, inside),
-        STORED_WORKFLOW_SPANS_SCHEMA,
-        lambda r: r.workflow_spans,
-    )
-    job_spans = both(
-        _read(store, JOB_SPANS_TABLE, ", ".join(JOB_SPANS_SCHEMA), inside),
-        JOB_SPANS_SCHEMA,
-        lambda r: r.job_spans,
-    )
-    ev_columns = ", ".join(
-        c if c != "span_ns" else "toUnixTimestamp64Nano(start) AS span_ns" for c in STORED_EVALUATIONS_SCHEMA
-    )
-    evaluations = both(
-        _read(store, EVALUATIONS_TABLE, ev_columns, inside),
-        STORED_EVALUATIONS_SCHEMA,
-        lambda r: r.evaluations,
-    )
-
-    # The request rows of each window (both when they overlap), as request_rows labels them.
-    ns = pl.col("start").dt.epoch("ns")
-    labelled = []
-    for name, a, b in (
-        ("baseline", windows.baseline_start, windows.baseline_end),
-        ("current", windows.start, windows.end),
-    ):
-        labelled.append(
-            requests.filter((ns >= pl.lit(a).dt.epoch("ns")) & (ns < pl.lit(b).dt.epoch("ns"))).with_columns(
-                pl.lit(name).cast(WINDOW).alias("window")
-            )
-        )
-    rows = pl.concat(labelled)
-    start = pl.col("start_ns")
-
-    def between(column: pl.Expr, a: datetime, b: datetime) -> pl.Expr:
-        return (column >= pl.lit(a).dt.epoch("ns")) & (column < pl.lit(b).dt.epoch("ns"))
-
-    def workflow_rows(a: datetime, b: datetime) -> pl.DataFrame:
-        return wf.filter(
-            between(pl.col("wf_start_ns"), a, b) & (start < pl.lit(b + margin).dt.epoch("ns"))
-        ).select(list(WORKFLOW_SPANS_SCHEMA))
-
-    coverage_span = (covered[0][0], covered[-1][1]) if covered else None
-
-    def walk(tails: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-        return _walks(store, tails, extracted, coverage_span, conv)
-
-    return SummaryInputs(
-        requests=rows.select(list(REQUESTS_SCHEMA)).with_columns(
-            pl.col("service", "operation", "version").cast(pl.Categorical)
-        ),
-        sync_llm_ms=rows["sync_llm_ms"],
-        calls=calls,
-        workflow_spans=workflow_rows(windows.start, windows.end),
-        baseline_workflow_spans=workflow_rows(windows.baseline_start, windows.baseline_end),
-        jobs_spans=job_spans.filter(between(start, windows.start, windows.end)),
-        baseline_job_spans=job_spans.filter(between(start, windows.baseline_start, windows.baseline_end)),
-        evaluations=evaluations.filter(
-            between(pl.col("span_ns"), windows.start, windows.end + margin)
-        ).select(list(FLAG_EVALUATIONS_SCHEMA)),
-        covered=coverage_span,
-        raw=outside,
-        walk=walk,
-    )
+    return SummaryInputs(store, windows, conv, inside, extracted, (covered[0][0], covered[-1][1]))
 
 
 _WALK_COLUMNS = (
@@ -842,3 +872,42 @@ def _walks(
         out_paths.append(source_paths.join(fresh.select("trace_key"), on="trace_key", how="semi"))
         taken = pl.concat([taken, fresh.select("trace_key")])
     return pl.concat(out_walks), pl.concat(out_paths)
+
+
+def latency_good_total(
+    store: Store,
+    start: datetime,
+    end: datetime,
+    threshold_ms: float,
+    conventions: Conventions | None = None,
+) -> pl.DataFrame:
+    """Per (service, operation) of hot-path requests started in [start, end): ``good`` (faster than
+    ``threshold_ms``) and ``total`` — the good/total pair of a latency SLO, weighted by the sample
+    rate in sampled data (rounded). From the summaries where they reach, raw spans elsewhere
+    (:func:`analytics.hot_path.latency_good_total`)."""
+    conv = conventions or Conventions()
+    windows = Windows.of(start, end)
+    covered = summary_coverage(store, windows.start, windows.end)
+    inside, outside = _split([(windows.start, windows.end)], covered)
+    if not inside:
+        return raw_good_total(store, windows.start, windows.end, threshold_ms, conv)
+    where, params = _in_ranges(inside)
+    frames = [
+        store.query_polars(
+            "SELECT service, operation, "
+            "sumIf(weight, round(duration_ms * 1e6) < {threshold_ns:Float64}) AS good, sum(weight) AS total "
+            f"FROM {store.table(REQUESTS_TABLE)} WHERE {where} GROUP BY service, operation",
+            {**params, "threshold_ns": float(threshold_ms) * 1e6},
+        )
+    ]
+    frames += [raw_good_total(store, a, b, threshold_ms, conv, rounded=False) for a, b in outside]
+    schema = {"service": pl.String, "operation": pl.String, "good": pl.Float64, "total": pl.Float64}
+    merged = pl.concat(
+        [normalize(f).select(list(schema)).cast(pl.Schema(schema)) for f in frames if not f.is_empty()]
+        or [empty(schema)]
+    )
+    return (
+        merged.group_by("service", "operation")
+        .agg(pl.col("good").sum().round().cast(pl.Int64), pl.col("total").sum().round().cast(pl.Int64))
+        .sort("service", "operation")
+    )

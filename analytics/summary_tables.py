@@ -148,7 +148,7 @@ def summary_tables(ctx: DDLContext) -> list[str]:
     statements += ctx.create_table(
         MINUTES_TABLE,
         minutes,
-        tail="PARTITION BY toYYYYMM(minute)\nORDER BY minute",
+        tail="PARTITION BY toYYYYMMDD(minute)\nORDER BY minute",
         kind="ReplacingMergeTree",
         engine_args="built_at",
     )

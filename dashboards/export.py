@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, get_args
 import plotly.graph_objects as go
 import polars as pl
 
-from analytics import Analysis, Conventions, analyze, latest_analysis, load_analysis, persist_analysis
+from analytics import Analysis, Conventions, analyze, latest_analysis, persist_analysis
 from dashboards import style
 from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
 from dashboards.landing import index_body
@@ -108,7 +108,7 @@ def export_dashboards(
     conventions: Conventions | None = None,
     trace_url: str | None = None,
 ) -> ExportReport:
-    """Export every view for a window, computing and persisting the analysis when none covers it.
+    """Export every view for a window, computing and persisting its analysis.
 
     Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
     end); with neither, the latest persisted analysis, else the last 24 hours. ``trace_url``: the
@@ -150,9 +150,8 @@ def _resolve_analysis(
     end = as_utc(end)
     start = end - DEFAULT_WINDOW if start is None else as_utc(start)
     check_window(start, end)
-    loaded = load_analysis(store, start, end)
-    if loaded is not None:
-        return loaded, loaded.run_id, False
+    # A window is analysed afresh (from the summaries, where they reach): a run persisted earlier
+    # for the same window is history, computed before spans that arrived since.
     computed = analyze(store, start, end, conventions=conventions)
     run_id = persist_analysis(store, computed)
     return computed, run_id, True

@@ -61,6 +61,8 @@ class AnalyticsSource:
     ) -> Analysis:
         key = (start, end, baseline_start, baseline_end)
         if key not in self._analyses:
+            # Lazy: a rule reads a few frames of its window's analysis, and only those are computed
+            # (from the summaries, where they reach); an alert's link persists all of them.
             self._analyses[key] = analyze(
                 self.store,
                 start,
@@ -68,6 +70,7 @@ class AnalyticsSource:
                 baseline_start=baseline_start,
                 baseline_end=baseline_end,
                 conventions=self.conventions,
+                lazy=True,
             )
         return self._analyses[key]
 

@@ -21,6 +21,7 @@ from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import rules as rules_commands
 from tailwatch.commands import schema as schema_commands
 from tailwatch.commands import serve as serve_commands
+from tailwatch.commands import summaries as summaries_commands
 
 
 class _Group(click.Group):
@@ -59,3 +60,4 @@ main.add_command(demo_commands.demo)
 main.add_command(serve_commands.serve)
 main.add_command(config_commands.config)
 main.add_command(dashboard_commands.dashboard)
+main.add_command(summaries_commands.summaries)

@@ -1044,7 +1044,7 @@ token_env = "TAILWATCH_INGEST_TOKEN"   # when set, ingest, API and dashboards re
 [schedule]
 enabled = true                 # false on stateless collectors: receivers only
 # Each job: a duration, a 5-field cron string in UTC ("*/5 * * * *"), {{ cron = "..." }}, or "off".
-rollup = "60s"                 # per-minute latency rollups for long windows
+rollup = "60s"                 # per-minute rollups and the summaries analyses read
 analyze = "5m"                 # the analysis over [now - analysis.window, now), persisted
 evaluate = "60s"               # rule evaluation, then delivery of pending notifications
 dashboards = "1h"              # export of the dashboards into dashboards.out_dir

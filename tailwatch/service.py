@@ -451,11 +451,14 @@ class JobRunner:
 
 
 def _rollup(ctx: JobContext) -> object:
-    from analytics import build_rollups
+    from analytics import build_rollups, build_summaries
 
-    # No explicit `until`: the analytics' own settle delay leaves the newest minute to late spans.
-    written = build_rollups(ctx.store, conventions=_conventions(ctx.config))
-    return f"{written} rollup rows written"
+    # No explicit `until`: the analytics' own settle delays leave the newest minutes to late spans.
+    conventions = _conventions(ctx.config)
+    written = build_rollups(ctx.store, conventions=conventions)
+    # The summaries every later analysis (scheduled, alerts, dashboards, API) reads instead of spans.
+    summaries = build_summaries(ctx.store, conventions=conventions)
+    return f"{written} rollup rows written; summaries: {summaries.describe()}"
 
 
 @dataclass

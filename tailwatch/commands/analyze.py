@@ -42,6 +42,11 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
     show_default=True,
     help="json: one object; table: readable text.",
 )
+@click.option(
+    "--no-summaries",
+    is_flag=True,
+    help="Read every span of the window, not the per-minute summaries (the same figures, slower).",
+)
 def analyze(
     store_dsn: str | None,
     start: datetime,
@@ -49,6 +54,7 @@ def analyze(
     baseline_start: datetime | None,
     baseline_end: datetime | None,
     output_format: OutputFormat,
+    no_summaries: bool,
 ) -> None:
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
     LLM-vs-internal attribution over [--start, --end) against a baseline window."""
@@ -63,7 +69,9 @@ def analyze(
         return
     with target as store:
         require_traces(store)
-        analysis = run_analysis(store, start, end, baseline_start, baseline_end)
+        analysis = run_analysis(
+            store, start, end, baseline_start, baseline_end, use_summaries=not no_summaries
+        )
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
         held = _held_range(store) if empty else None

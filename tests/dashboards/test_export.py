@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from analytics import load_run
 from collectors import insert_spans
 from dashboards import (
     VIEWS,
@@ -37,16 +38,23 @@ def filled(store: Store) -> Store:
     return store
 
 
-def test_export_analyses_a_new_window_then_reuses_the_persisted_run(filled: Store, tmp_path: Path) -> None:
+def test_export_analyses_each_window_afresh_and_without_one_shows_the_latest_run(
+    filled: Store, tmp_path: Path
+) -> None:
     first = export_dashboards(filled, tmp_path / "a", START, END)
     assert first.computed and first.analysis_run_id
     assert (first.start, first.end) == (START, END)
     assert sorted(p.name for p in first.files) == sorted(HTML_FILES)
     assert all(p.parent == tmp_path / "a" and p.stat().st_size > 0 for p in first.files)
+    # The same window again is analysed again (spans may have arrived since): a new run, the
+    # same figures.
     again = export_dashboards(filled, tmp_path / "b", START, END)
-    assert not again.computed and again.analysis_run_id == first.analysis_run_id
+    assert again.computed and again.analysis_run_id not in (None, first.analysis_run_id)
+    assert (
+        load_run(filled, again.analysis_run_id).to_dict() == load_run(filled, first.analysis_run_id).to_dict()
+    )
     latest = export_dashboards(filled, tmp_path / "c")  # no window: the latest persisted run
-    assert not latest.computed and latest.analysis_run_id == first.analysis_run_id
+    assert not latest.computed and latest.analysis_run_id == again.analysis_run_id
     assert (latest.start, latest.end) == (START, END)
     # Alerting has run nowhere: the timeline says so rather than drawing nothing.
     assert first.alerts == 0

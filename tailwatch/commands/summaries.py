@@ -1,0 +1,81 @@
+"""``tailwatch summaries``: build the per-minute summaries analyses read, and show what they cover."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import click
+
+from storage import TailwatchError
+from tailwatch.commands._common import ISO_TIME, command_config, require_traces, store_option
+from tailwatch.remote import RemoteService, store_or_service
+
+
+@click.group("summaries")
+def summaries() -> None:
+    """The per-minute summaries of the spans: what every analysis (alerts, dashboards, the API,
+    `tailwatch analyze`) reads instead of the span table where they reach. `tailwatch serve`
+    builds them every minute (the rollup job); build them by hand on a store without a service."""
+
+
+def _remote(target: object) -> None:
+    if isinstance(target, RemoteService):
+        raise TailwatchError(
+            "a service owns this store and builds its summaries every minute (the rollup job); "
+            "stop it to build them by hand, or read them with `tailwatch analyze`"
+        )
+
+
+@summaries.command("build")
+@store_option
+@click.option(
+    "--until",
+    type=ISO_TIME,
+    default=None,
+    help="Summarise up to this minute [default: now − the trace margin − 1 min].",
+)
+def build(store_dsn: str | None, until: datetime | None) -> None:
+    """Summarise every minute since the last build (all of them the first time, with progress),
+    and again the recent minutes whose spans changed (late or repeated exports)."""
+    from analytics import build_summaries
+
+    config = command_config(store_dsn)
+    target = store_or_service(config.store)
+    _remote(target)
+    assert not isinstance(target, RemoteService)
+    with target as store:
+        require_traces(store)
+        report = build_summaries(
+            store,
+            until=until,
+            conventions=config.analysis.conventions_object(),
+            progress=lambda line: click.echo(f"tailwatch: {line}", err=True),
+        )
+    click.echo(report.describe())
+
+
+@summaries.command("status")
+@store_option
+@click.option(
+    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+def status(store_dsn: str | None, output_format: str) -> None:
+    """The time the summaries cover, as ranges of whole minutes (UTC)."""
+    from analytics import summary_coverage
+
+    target = store_or_service(store_dsn)
+    _remote(target)
+    assert not isinstance(target, RemoteService)
+    with target as store:
+        covered = summary_coverage(store)
+    if output_format == "json":
+        click.echo(json.dumps([{"from": a.isoformat(), "until": b.isoformat()} for a, b in covered]))
+        return
+    if not covered:
+        click.echo("no summaries yet: `tailwatch summaries build` (or `tailwatch serve`) makes them")
+        return
+    for a, b in covered:
+        click.echo(
+            f"{a:%Y-%m-%d %H:%M} .. {b:%Y-%m-%d %H:%M} UTC  ({int((b - a).total_seconds() // 60):,} minutes)"
+        )
