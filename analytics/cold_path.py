@@ -370,7 +370,7 @@ def cold_path_cdf(jobs: pl.DataFrame, points: int, baseline_jobs: pl.DataFrame |
     queues = current["queue"].unique().implode()
     baseline = _cdf(baseline_jobs.filter(pl.col("queue").is_in(queues)), points, "baseline")
     return pl.concat([current, baseline]).sort(
-        "window", "queue", "enqueue_to_ready_s", descending=[True, False, False]
+        "window", "queue", "enqueue_to_ready_s", "cdf", descending=[True, False, False, False]
     )
 
 

@@ -34,7 +34,7 @@ import pyarrow as pa
 from analytics._common import Windows, empty, normalize
 from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
-from analytics.stats import bootstrap_quantile_delta, percentile, slope, spearman
+from analytics.stats import SortedWindow, bootstrap_quantile_delta, percentile, slope, spearman
 from collectors import TRACES_TABLE, inspect_traces
 from storage import Store, StoreError
 
@@ -48,6 +48,7 @@ __all__ = [
     "p99_step_significance",
     "record_release_times",
     "release_coupling",
+    "release_steps",
     "release_times_sql",
     "releases",
 ]
@@ -264,7 +265,11 @@ def fetch_release_times(
 
 
 def p99_step_significance(
-    before: np.ndarray, after: np.ndarray, conv: Conventions, delta: float, p99_before: float
+    before: np.ndarray | SortedWindow,
+    after: np.ndarray | SortedWindow,
+    conv: Conventions,
+    delta: float,
+    p99_before: float,
 ) -> tuple[bool, float | None, float | None]:
     """Whether p99 moved from ``before`` to ``after`` (durations, ms) statistically and practically,
     with the bootstrap interval of the move (``None`` below ``min_release_requests`` a side): the
@@ -344,11 +349,27 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
         "service", "operation", "released_at", "version"
     )
     # Scalars as Python rows, durations as numpy arrays straight from the list columns.
-    scalars = ordered.drop("all_ms", "current_ms").to_dicts()
-    all_ms, current_ms = ordered["all_ms"], ordered["current_ms"]
+    all_ms = [SortedWindow.of(ms.to_numpy()) for ms in ordered["all_ms"]]
+    current_ms = [None if ms is None else SortedWindow.of(ms.to_numpy()) for ms in ordered["current_ms"]]
+    return release_steps(ordered.drop("all_ms", "current_ms"), all_ms, current_ms, conventions)
+
+
+def release_steps(
+    ordered: pl.DataFrame,
+    all_ms: list[SortedWindow],
+    current_ms: list[SortedWindow | None],
+    conventions: Conventions,
+) -> pl.DataFrame:
+    """The release rows from one row per (service, operation, version) sorted by release time
+    (``service``, ``operation``, ``version``, ``released_at``, ``all_sync``, ``current_sync``) and,
+    per row, its durations in either window and in the current one (``None``: not served there).
+    The durations may be the ranks around the p99 only (:class:`analytics.stats.SortedWindow`);
+    :class:`analytics.stats.OutsideWindow` when a rank read is not among them. Pure."""
+    scalars = ordered.to_dicts()
     rows: list[dict[str, Any]] = []
     for i, row in enumerate(scalars):
-        if current_ms[i] is None:
+        after = current_ms[i]
+        if after is None:
             continue  # not served in the current window: only a "previous" for the next version
         previous = scalars[i - 1] if i > 0 else None
         if previous is not None and (previous["service"], previous["operation"]) != (
@@ -356,8 +377,8 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
             row["operation"],
         ):
             previous = None
-        before = all_ms[i - 1].to_numpy() if previous is not None else np.empty(0)
-        rows.append(_release_step(row, current_ms[i].to_numpy(), previous, before, conventions))
+        before = all_ms[i - 1] if previous is not None else SortedWindow.of(np.empty(0))
+        rows.append(_release_step(row, after, previous, before, conventions))
     if not rows:
         return empty(RELEASES_SCHEMA)
     frame = pl.DataFrame(rows, schema={**RELEASES_SCHEMA, "released_at": pl.Datetime("ns", "UTC")})
@@ -368,9 +389,9 @@ def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: C
 
 def _release_step(
     row: dict[str, Any],
-    after_ms: np.ndarray,
+    after_ms: SortedWindow,
     previous: dict[str, Any] | None,
-    before_ms: np.ndarray,
+    before_ms: SortedWindow,
     conventions: Conventions,
 ) -> dict[str, Any]:
     """The step into ``row``'s version (``after_ms``: its current-window durations) from

@@ -31,8 +31,68 @@ INTERPOLATION: Final[Literal["linear"]] = "linear"
 _Z95 = 1.959963984540054
 
 
-def percentile(values: Sequence[float] | np.ndarray, q: float) -> float | None:
+class OutsideWindow(Exception):
+    """A rank of a :class:`SortedWindow` outside the values it holds."""
+
+
+class SortedWindow:
+    """Part of a sorted sample of ``size`` values: those at 0-based ranks ``first`` …
+    ``first + len(values) − 1`` — what the order statistics near one quantile read, without the
+    rest of the sample (the summaries read the ranks around a p99 in SQL). Pure."""
+
+    def __init__(self, values: np.ndarray, first: int, size: int) -> None:
+        self.values = np.asarray(values, dtype=np.float64)
+        self.first = int(first)
+        self.size = int(size)
+
+    @classmethod
+    def of(cls, values: np.ndarray) -> SortedWindow:
+        """A whole sample."""
+        ordered = np.sort(np.asarray(values, dtype=np.float64))
+        return cls(ordered, 0, ordered.size)
+
+    @property
+    def complete(self) -> bool:
+        return self.first == 0 and self.values.size == self.size
+
+    def take(self, ranks: np.ndarray) -> np.ndarray:
+        """The values at 0-based ``ranks``; :class:`OutsideWindow` for a rank it does not hold."""
+        local = np.asarray(ranks, dtype=np.int64) - self.first
+        if local.size and (local.min() < 0 or local.max() >= self.values.size):
+            raise OutsideWindow(f"ranks {int(ranks.min())}..{int(ranks.max())} outside {self.first}..")
+        return self.values[local]
+
+    def with_values(self, extra: np.ndarray) -> SortedWindow:
+        """This sample with ``extra`` values added: exact at the ranks of the values between this
+        window's smallest and largest (the others only move the ranks)."""
+        extra = np.asarray(extra, dtype=np.float64)
+        if extra.size == 0:
+            return self
+        if self.complete:
+            return SortedWindow.of(np.concatenate([self.values, extra]))
+        if self.values.size == 0:
+            raise OutsideWindow("an empty window cannot take values")
+        lo, hi = self.values[0], self.values[-1]
+        inside = extra[(extra >= lo) & (extra <= hi)]
+        below = int((extra < lo).sum())
+        merged = np.sort(np.concatenate([self.values, inside]))
+        return SortedWindow(merged, self.first + below, self.size + extra.size)
+
+
+def percentile(values: Sequence[float] | np.ndarray | SortedWindow, q: float) -> float | None:
     """Exact type-7 percentile of ``values`` (``q`` in [0, 1]); ``None`` for no values."""
+    if isinstance(values, SortedWindow):
+        if values.size == 0:
+            return None
+        # numpy's "linear" method step by step (its virtual index and its lerp), so that a window
+        # and the whole sample give the same float.
+        n = values.size
+        virtual = (n - 1) * q
+        lo = min(max(math.floor(virtual), 0), n - 1)
+        t = virtual - math.floor(virtual)
+        a, b = values.take(np.array([lo, min(lo + 1, n - 1)]))
+        diff = b - a
+        return float(b - diff * (1.0 - t) if t >= 0.5 else a + diff * t)
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
         return None
@@ -75,8 +135,14 @@ def proportion_delta_interval(
     )
 
 
+def _sorted(values: np.ndarray | SortedWindow) -> np.ndarray | SortedWindow:
+    if isinstance(values, SortedWindow):
+        return values.values if values.complete else values
+    return np.sort(np.asarray(values, dtype=np.float64))
+
+
 def _bootstrap_order_statistic(
-    sorted_values: np.ndarray, q: float, samples: int, rng: np.random.Generator
+    sorted_values: np.ndarray | SortedWindow, q: float, samples: int, rng: np.random.Generator
 ) -> np.ndarray:
     """Bootstrap replicates of the q-quantile (nearest rank) without resampling n values each time.
 
@@ -89,12 +155,14 @@ def _bootstrap_order_statistic(
     j = min(n, max(1, math.ceil(q * n)))
     u = rng.beta(j, n - j + 1, size=samples)
     index = np.clip(np.ceil(u * n).astype(np.int64) - 1, 0, n - 1)
+    if isinstance(sorted_values, SortedWindow):
+        return sorted_values.take(index)
     return sorted_values[index]
 
 
 def bootstrap_quantile_delta(
-    before: np.ndarray,
-    after: np.ndarray,
+    before: np.ndarray | SortedWindow,
+    after: np.ndarray | SortedWindow,
     q: float,
     *,
     samples: int,
@@ -103,8 +171,8 @@ def bootstrap_quantile_delta(
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of ``quantile(after) − quantile(before)``."""
     rng = np.random.default_rng(seed)
-    b = _bootstrap_order_statistic(np.sort(np.asarray(before, dtype=np.float64)), q, samples, rng)
-    a = _bootstrap_order_statistic(np.sort(np.asarray(after, dtype=np.float64)), q, samples, rng)
+    b = _bootstrap_order_statistic(_sorted(before), q, samples, rng)
+    a = _bootstrap_order_statistic(_sorted(after), q, samples, rng)
     deltas = a - b
     alpha = (1.0 - confidence) / 2.0
     return (float(np.quantile(deltas, alpha)), float(np.quantile(deltas, 1.0 - alpha)))

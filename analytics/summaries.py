@@ -38,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+import numpy as np
 import polars as pl
 
 from analytics._common import Windows, empty, first_of_each, normalize
@@ -50,10 +51,11 @@ from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_
 from analytics.hot_path import latency_good_total as raw_good_total
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
-from analytics.releases import record_release_times
+from analytics.releases import fetch_release_times, record_release_times
 from analytics.retries import WORKFLOW_SPANS_SCHEMA, workflow_spans, workflows_from_spans
 from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
+from analytics.stats import SortedWindow
 from analytics.summary_tables import (
     CALLS_TABLE,
     EVALUATIONS_TABLE,
@@ -80,6 +82,15 @@ __all__ = [
 ]
 
 _MINUTE = timedelta(minutes=1)
+_Q = 0.99  # the quantile of a release step
+_ORDERED_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "released_at": pl.Datetime("ns", "UTC"),
+    "all_sync": pl.Float64,
+    "current_sync": pl.Float64,
+}
 # Repeated strings arrive as Arrow dictionaries (Polars categoricals): a fraction of the bytes.
 _DICTIONARIES = "SETTINGS output_format_arrow_low_cardinality_as_dictionary = 1"
 # Tail traces to walk at read time whose minutes lie this close are read together.
@@ -746,6 +757,127 @@ class SummaryInputs:
         w = self.windows
         return rows.filter(self._between(pl.col("span_ns"), w.start, w.end + self.conv.trace_margin)).select(
             list(FLAG_EVALUATIONS_SCHEMA)
+        )
+
+    def release_samples(self) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
+        """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
+        with the durations reduced in SQL to the ranks around their p99 — or ``None`` where the
+        request rows are needed (sampled data, overlapping windows)."""
+        w = self.windows
+        if w.baseline_end > w.start and w.baseline_start < w.end:
+            return None
+        raw = (
+            pl.concat([_cast(r.requests, STORED_REQUESTS_SCHEMA) for r in self.extracted])
+            if self.extracted
+            else (empty(STORED_REQUESTS_SCHEMA))
+        )
+        ns = pl.col("start").dt.epoch("ns")
+        current = self._between(ns, w.start, w.end)
+        raw = raw.filter(current | self._between(ns, w.baseline_start, w.baseline_end)).with_columns(
+            current.alias("cur")
+        )
+        if (raw["weight"].fill_null(1.0) != 1.0).any():
+            return None
+        where, params = _in_ranges(self.inside)
+        # Ranks held either side of the p99: 12 standard deviations of its rank (a bootstrap draw
+        # beyond is a 1e-30 event, and then the rows are read after all) and the raw rows' count.
+        spread = "toInt64(ceil(12 * sqrt({n} * %r))) + 64 + {{extra:Int64}}" % (_Q * (1 - _Q))
+        k_all, k_cur = spread.format(n="n_all"), spread.format(n="n_cur")
+        sql = f"""
+SELECT service, operation, version, wmax, wmin, n_all, sync_all, n_cur, sync_cur, first_start,
+       greatest(0, toInt64(floor({_Q} * n_all)) - k_all) AS first_all,
+       arraySlice(arraySort(all_ms), first_all + 1, 2 * k_all + 1) AS all_ms,
+       greatest(0, toInt64(floor({_Q} * n_cur)) - k_cur) AS first_cur,
+       arraySlice(arraySort(cur_ms), first_cur + 1, 2 * k_cur + 1) AS cur_ms
+FROM (
+    SELECT service, operation, version, max(weight) AS wmax, min(weight) AS wmin,
+           toInt64(count()) AS n_all, toInt64(sum(sync_llm_calls)) AS sync_all,
+           toInt64(countIf(cur)) AS n_cur, toInt64(sumIf(sync_llm_calls, cur)) AS sync_cur,
+           min(start) AS first_start, groupArray(duration_ms) AS all_ms,
+           groupArrayIf(duration_ms, cur) AS cur_ms, {k_all} AS k_all, {k_cur} AS k_cur
+    FROM (
+        SELECT service, operation, version, weight, sync_llm_calls, start, duration_ms,
+               start >= {{s:DateTime64(9)}} AND start < {{e:DateTime64(9)}} AS cur
+        FROM {self.store.table(REQUESTS_TABLE)}
+        WHERE {where} AND (cur OR (start >= {{bs:DateTime64(9)}} AND start < {{be:DateTime64(9)}}))
+    )
+    GROUP BY service, operation, version
+)"""
+        bounds = {"s": w.start, "e": w.end, "bs": w.baseline_start, "be": w.baseline_end, "extra": raw.height}
+        stored = normalize(self.store.query_polars(sql, {**params, **bounds}))
+        if not stored.is_empty() and ((stored["wmax"] != 1.0).any() or (stored["wmin"] != 1.0).any()):
+            return None
+        keys = ["service", "operation", "version"]
+        by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for row in stored.iter_rows(named=True):
+            by_key[(row["service"], row["operation"], row["version"])] = {
+                "all": SortedWindow(
+                    np.asarray(row["all_ms"], dtype=np.float64), row["first_all"], row["n_all"]
+                ),
+                "cur": SortedWindow(
+                    np.asarray(row["cur_ms"], dtype=np.float64), row["first_cur"], row["n_cur"]
+                ),
+                "sync_all": row["sync_all"],
+                "sync_cur": row["sync_cur"],
+                "first": row["first_start"],
+            }
+        for (service, operation, version), group in raw.group_by(keys):
+            key = (str(service), str(operation), str(version))
+            cur = group.filter(pl.col("cur"))
+            entry = by_key.setdefault(
+                key,
+                {
+                    "all": SortedWindow.of(np.empty(0)),
+                    "cur": SortedWindow.of(np.empty(0)),
+                    "sync_all": 0,
+                    "sync_cur": 0,
+                    "first": None,
+                },
+            )
+            entry["all"] = entry["all"].with_values(group["duration_ms"].to_numpy())
+            entry["cur"] = entry["cur"].with_values(cur["duration_ms"].to_numpy())
+            entry["sync_all"] += int(group["sync_llm_calls"].sum())
+            entry["sync_cur"] += int(cur["sync_llm_calls"].sum())
+            first = group["start"].min()
+            entry["first"] = first if entry["first"] is None else min(entry["first"], first)
+        if not by_key:
+            return empty(_ORDERED_SCHEMA), [], []
+        frame = pl.DataFrame(
+            [
+                {
+                    "service": k[0],
+                    "operation": k[1],
+                    "version": k[2],
+                    "start": v["first"],
+                    "all_sync": v["sync_all"] / v["all"].size,
+                    "current_sync": v["sync_cur"] / v["cur"].size if v["cur"].size else None,
+                    "_i": i,
+                }
+                for i, (k, v) in enumerate(by_key.items())
+            ],
+            schema={
+                **{k: v for k, v in _ORDERED_SCHEMA.items() if k != "released_at"},
+                "start": pl.Datetime("ns", "UTC"),
+                "_i": pl.Int64,
+            },
+        )
+        first_requests = frame.group_by("service", "version").agg(pl.col("start").min())
+        times = fetch_release_times(self.store, first_requests, w, self.conv, self.covered)
+        released_at = first_requests.join(times, on=["service", "version"], how="left").select(
+            "service", "version", pl.coalesce(pl.col("released_at"), pl.col("start")).alias("released_at")
+        )
+        ordered = (
+            frame.drop("start")
+            .join(released_at, on=["service", "version"], how="left")
+            .sort("service", "operation", "released_at", "version")
+            .select(*_ORDERED_SCHEMA, "_i")
+        )
+        entries = list(by_key.values())
+        index = ordered["_i"].to_list()
+        return (
+            ordered.drop("_i"),
+            [entries[i]["all"] for i in index],
+            [entries[i]["cur"] if entries[i]["cur"].size else None for i in index],
         )
 
     def walk(self, tails: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
