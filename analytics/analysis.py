@@ -679,11 +679,14 @@ class _FromSummaries:
     # --- what several frames share ------------------------------------------------------------
     @cached_property
     def _attribution(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
-        requests = self.inputs.requests
-        tails = tail_traces(requests, self.conv)
+        # Each operation's p99 and tail from SQL (the ranks around the p99 and the tail rows); the
+        # request rows where those do not do (sampled data, overlapping windows).
+        fast = self.inputs.window_tails(self.conv.tail_quantile, self.conv.max_tail_traces)
+        requests, stats = (None, fast[0]) if fast is not None else (self.inputs.requests, None)
+        tails = fast[1] if fast is not None else tail_traces(self.inputs.requests, self.conv)
         walks, path = self.inputs.walk(tails)
         tails_with_ids = tails.join(walks.select("trace_key", "trace_id"), on="trace_key", how="inner")
-        attribution, attribution_spans = attribute(requests, tails_with_ids, path, self.conv)
+        attribution, attribution_spans = attribute(requests, tails_with_ids, path, self.conv, stats)
         causes = llm_causes(attribution, attribution_spans)
         return attribution, attribution_spans, causes, walks.select("trace_key", "llm_ns")
 

@@ -330,14 +330,22 @@ def critical_path(spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def attribute(
-    requests: pl.DataFrame, tails: pl.DataFrame, path: pl.DataFrame, conventions: Conventions
+    requests: pl.DataFrame | None,
+    tails: pl.DataFrame,
+    path: pl.DataFrame,
+    conventions: Conventions,
+    stats: pl.DataFrame | None = None,
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(attribution, attribution_spans) from the requests of both windows, the tail traces and the
-    critical path of those traces. Pure."""
-    current_ops = requests.filter(pl.col("window") == "current").select(_KEYS).unique()
+    critical path of those traces; ``stats``: their :func:`window_stats` when already known (then
+    ``requests`` is not read). Pure."""
+    if stats is None:
+        assert requests is not None, "attribute() needs the requests or their window stats"
+        stats = window_stats(requests, conventions)
+    current_ops = stats.filter((pl.col("window") == "current") & (pl.col("n") > 0)).select(_KEYS).unique()
     if current_ops.is_empty():
         return empty(ATTRIBUTION_SCHEMA), empty(ATTRIBUTION_SPANS_SCHEMA)
-    stats = window_stats(requests, conventions).pivot(on="window", index=_KEYS, values=["n", "p99"])
+    stats = stats.pivot(on="window", index=_KEYS, values=["n", "p99"])
     for col in ("n_current", "n_baseline", "p99_current", "p99_baseline"):
         if col not in stats.columns:
             stats = stats.with_columns(pl.lit(None, dtype=pl.Float64).alias(col))

@@ -79,6 +79,18 @@ class SortedWindow:
         return SortedWindow(merged, self.first + below, self.size + extra.size)
 
 
+def polars_quantile(sample: SortedWindow, q: float) -> float | None:
+    """The linear quantile of ``sample`` in Polars' arithmetic (``Series.quantile(q, "linear")``:
+    a + (b − a)·t), which the per-operation p99s of the Polars metrics use. Pure."""
+    n = sample.size
+    if n == 0:
+        return None
+    h = (n - 1) * q
+    lo = math.floor(h)
+    a, b = sample.take(np.array([lo, min(lo + 1, n - 1)]))
+    return float(a + (b - a) * (h - lo))
+
+
 def percentile(values: Sequence[float] | np.ndarray | SortedWindow, q: float) -> float | None:
     """Exact type-7 percentile of ``values`` (``q`` in [0, 1]); ``None`` for no values."""
     if isinstance(values, SortedWindow):

@@ -55,7 +55,7 @@ from analytics.releases import fetch_release_times, record_release_times
 from analytics.retries import WORKFLOW_SPANS_SCHEMA, workflow_spans, workflows_from_spans
 from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
-from analytics.stats import SortedWindow
+from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
     CALLS_TABLE,
     EVALUATIONS_TABLE,
@@ -83,6 +83,14 @@ __all__ = [
 
 _MINUTE = timedelta(minutes=1)
 _Q = 0.99  # the quantile of a release step
+_KEY_SCHEMA: dict[str, Any] = {"service": pl.String, "operation": pl.String}
+_TAIL_SCHEMA: dict[str, Any] = {
+    **_KEY_SCHEMA,
+    "window": pl.String,
+    "trace_key": pl.UInt64,
+    "duration_ms": pl.Float64,
+    "start": pl.Datetime("ns", "UTC"),
+}
 _ORDERED_SCHEMA: dict[str, Any] = {
     "service": pl.String,
     "operation": pl.String,
@@ -766,17 +774,8 @@ class SummaryInputs:
         w = self.windows
         if w.baseline_end > w.start and w.baseline_start < w.end:
             return None
-        raw = (
-            pl.concat([_cast(r.requests, STORED_REQUESTS_SCHEMA) for r in self.extracted])
-            if self.extracted
-            else (empty(STORED_REQUESTS_SCHEMA))
-        )
-        ns = pl.col("start").dt.epoch("ns")
-        current = self._between(ns, w.start, w.end)
-        raw = raw.filter(current | self._between(ns, w.baseline_start, w.baseline_end)).with_columns(
-            current.alias("cur")
-        )
-        if (raw["weight"].fill_null(1.0) != 1.0).any():
+        raw = self._raw_requests()
+        if raw is None:
             return None
         where, params = _in_ranges(self.inside)
         # Ranks held either side of the p99: 12 standard deviations of its rank (a bootstrap draw
@@ -880,6 +879,109 @@ FROM (
             [entries[i]["cur"] if entries[i]["cur"].size else None for i in index],
         )
 
+    def window_tails(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """Per (service, operation, window): the requests and their ``q`` quantile (as
+        :func:`analytics.attribution.window_stats`), and the tail traces at or above it, the
+        slowest ``most`` (as :func:`analytics.attribution.tail_traces`) — from SQL, the ranks
+        around each quantile and the tail rows only; ``None`` where the request rows are needed
+        (sampled data, overlapping windows, a quantile rank outside those read)."""
+        w = self.windows
+        if w.baseline_end > w.start and w.baseline_start < w.end:
+            return None
+        raw = self._raw_requests()
+        if raw is None:
+            return None
+        where, params = _in_ranges(self.inside)
+        spread = "toInt64(ceil(12 * sqrt(n * %r))) + 64 + {extra:Int64}" % (q * (1 - q))
+        current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
+        baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
+        table = self.store.table(REQUESTS_TABLE)
+        sql = f"""
+SELECT service, operation, window, n, wmax, wmin, greatest(0, toInt64(floor({q!r} * n)) - k) AS first,
+       arraySlice(arraySort(ms), first + 1, 2 * k + 1) AS ms
+FROM (
+    SELECT service, operation, if({current}, 'current', 'baseline') AS window, toInt64(count()) AS n,
+           max(weight) AS wmax, min(weight) AS wmin, groupArray(duration_ms) AS ms, {spread} AS k
+    FROM {table}
+    WHERE {where} AND (({current}) OR ({baseline}))
+    GROUP BY service, operation, window
+)"""
+        bounds = {"s": w.start, "e": w.end, "bs": w.baseline_start, "be": w.baseline_end, "extra": raw.height}
+        stored = normalize(self.store.query_polars(sql, {**params, **bounds}))
+        if not stored.is_empty() and ((stored["wmax"] != 1.0).any() or (stored["wmin"] != 1.0).any()):
+            return None
+        samples: dict[tuple[str, str, str], SortedWindow] = {
+            (r["service"], r["operation"], r["window"]): SortedWindow(
+                np.asarray(r["ms"], dtype=np.float64), r["first"], r["n"]
+            )
+            for r in stored.iter_rows(named=True)
+        }
+        for (service, operation, window), group in raw.group_by("service", "operation", "window"):
+            key = (str(service), str(operation), str(window))
+            base = samples.get(key, SortedWindow.of(np.empty(0)))
+            samples[key] = base.with_values(group["duration_ms"].to_numpy())
+        try:
+            rows = [(*key, sample.size, polars_quantile(sample, q)) for key, sample in samples.items()]
+        except OutsideWindow:
+            return None
+        stats = pl.DataFrame(
+            rows, schema={**_KEY_SCHEMA, "window": pl.String, "n": pl.Int64, "p99": pl.Float64}, orient="row"
+        )
+        # The tail rows: each group's at or above its quantile, the slowest first (ties by trace).
+        conditions, tail_params = [], dict(params)
+        for i, (service, operation, window, _, p99) in enumerate(rows):
+            a, b = (w.start, w.end) if window == "current" else (w.baseline_start, w.baseline_end)
+            conditions.append(
+                f"(service = {{s{i}:String}} AND operation = {{o{i}:String}} "
+                f"AND start >= {{a{i}:DateTime64(9)}} AND start < {{b{i}:DateTime64(9)}} "
+                f"AND duration_ms >= {{t{i}:Float64}})"
+            )
+            tail_params |= {f"s{i}": service, f"o{i}": operation, f"a{i}": a, f"b{i}": b, f"t{i}": p99}
+        columns = ["service", "operation", "window", "trace_key", "duration_ms", "start"]
+        found = [empty(_TAIL_SCHEMA)]
+        if conditions:
+            tail_sql = (
+                f"SELECT service, operation, if({current}, 'current', 'baseline') AS window, trace_key, "
+                f"duration_ms, start FROM {table} WHERE {where} AND ({' OR '.join(conditions)}) "
+                "ORDER BY duration_ms DESC, trace_key LIMIT {most:UInt64} BY service, operation, window"
+            )
+            found.append(
+                normalize(self.store.query_polars(tail_sql, {**tail_params, **bounds, "most": most})).select(
+                    columns
+                )
+            )
+        found.append(
+            raw.join(stats, on=["service", "operation", "window"], how="inner")
+            .filter(pl.col("duration_ms") >= pl.col("p99"))
+            .select(columns)
+        )
+        tails = (
+            pl.concat([f.cast(pl.Schema(_TAIL_SCHEMA)) for f in found])
+            .sort(["duration_ms", "trace_key"], descending=[True, False])
+            .group_by("service", "operation", "window", maintain_order=True)
+            .head(most)
+            .select(columns)
+        )
+        return stats, tails
+
+    def _raw_requests(self) -> pl.DataFrame | None:
+        """The extracted (raw) requests of either window, labelled, or ``None`` when sampled."""
+        w = self.windows
+        raw = (
+            pl.concat([_cast(r.requests, STORED_REQUESTS_SCHEMA) for r in self.extracted])
+            if self.extracted
+            else empty(STORED_REQUESTS_SCHEMA)
+        )
+        ns = pl.col("start").dt.epoch("ns")
+        current = self._between(ns, w.start, w.end)
+        raw = raw.filter(current | self._between(ns, w.baseline_start, w.baseline_end)).with_columns(
+            current.alias("cur"),
+            pl.when(current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window"),
+        )
+        if (raw["weight"].fill_null(1.0) != 1.0).any():
+            return None
+        return raw
+
     def walk(self, tails: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """The walks and critical paths of ``tails`` (see :func:`_walks`)."""
         return _walks(self.store, tails, self.extracted, self.covered, self.conv)
@@ -889,6 +991,16 @@ def _cast(frame: pl.DataFrame, schema: dict[str, Any]) -> pl.DataFrame:
     if frame.is_empty() and not frame.columns:
         return empty(schema)
     return frame.select(list(schema)).cast(pl.Schema(schema))
+
+
+def _has_spans(store: Store, lo: datetime, hi: datetime) -> bool:
+    return bool(
+        store.query_value(
+            f"SELECT count() > 0 FROM {store.table(TRACES_TABLE)} "
+            "WHERE Timestamp >= {lo:DateTime64(9)} AND Timestamp < {hi:DateTime64(9)}",
+            {"lo": lo, "hi": hi},
+        )
+    )
 
 
 def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) -> SummaryInputs | None:
@@ -902,7 +1014,9 @@ def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) 
     inside, outside = _split(needed, covered)
     if not inside:
         return None
-    extracted = [extract_range(store, a, b, conv) for a, b in outside]
+    # A range without a single span (before the first one, say) reduces to nothing: one count
+    # through the primary key instead of the reads of an extraction.
+    extracted = [extract_range(store, a, b, conv) for a, b in outside if _has_spans(store, a, b)]
     return SummaryInputs(store, windows, conv, inside, extracted, (covered[0][0], covered[-1][1]))
 
 
