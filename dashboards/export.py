@@ -20,7 +20,7 @@ from typing import Any, Final, Literal, get_args
 import plotly.graph_objects as go
 import polars as pl
 
-from analytics import Analysis, Conventions, analyze, latest_analysis, persist_analysis
+from analytics import Analysis, Conventions, analyze, latest_analysis, load_run, persist_analysis
 from dashboards import style
 from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
 from dashboards.landing import index_body
@@ -107,15 +107,23 @@ def export_dashboards(
     formats: Sequence[ExportFormat] = ("html",),
     conventions: Conventions | None = None,
     trace_url: str | None = None,
+    run_id: str | None = None,
 ) -> ExportReport:
-    """Export every view for a window, computing and persisting its analysis.
+    """Export every view for a window, computing and persisting its analysis — or, with
+    ``run_id``, of that persisted run (the window is the run's).
 
     Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
     end); with neither, the latest persisted analysis, else the last 24 hours. ``trace_url``: the
     trace viewer's URL template (``{trace_id}``, ``{start}``, ``{end}``) exemplar ids link to.
     """
     chosen = check_formats(formats)
-    analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
+    if run_id is not None:
+        loaded = load_run(store, run_id)
+        if loaded is None:
+            raise DashboardError(f"no analysis run {run_id} in the store; `tailwatch analyze` makes one")
+        analysis, computed = loaded, False
+    else:
+        analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
     alerts, notes = alerts_in_window(store, analysis.start, analysis.end)
     files = write_dashboards(
         analysis,

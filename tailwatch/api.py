@@ -119,8 +119,9 @@ class ServiceApi:
     config: TailwatchConfig
     token: str | None = None
     run_job: Callable[[str], Any] | None = None
-    # The window of the latest scheduled analysis (what /dashboards/ shows), if any yet.
-    scheduled_window: Callable[[], tuple[datetime, datetime] | None] | None = None
+    # The run id of the latest scheduled analysis (what /dashboards/ shows), if any yet: an export
+    # without a window exports that run.
+    scheduled_run: Callable[[], str | None] | None = None
     slots: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(API_CONCURRENCY)
     )
@@ -285,9 +286,10 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         body = _request_json(raw)
         start = _time_param(body["start"], "start") if body.get("start") else None
         end = _time_param(body["end"], "end") if body.get("end") else None
-        if start is None and end is None and api.scheduled_window is not None:
+        run_id = None
+        if start is None and end is None and api.scheduled_run is not None:
             # No window: what /dashboards/ shows, not whichever run was persisted last.
-            start, end = api.scheduled_window() or (None, None)
+            run_id = api.scheduled_run()
         formats = body.get("formats") or ["html"]
         if not isinstance(formats, list) or any(f not in ("html", "png") for f in formats):
             raise _BadRequest("formats: a list of 'html' and/or 'png'")
@@ -302,6 +304,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
                 formats=tuple(formats),
                 conventions=_conventions(api),
                 trace_url=api.config.links.trace_url,
+                run_id=run_id,
             )
             buffer = io.BytesIO()
             with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:

@@ -483,6 +483,11 @@ class ScheduledAnalysis:
         with self._lock:
             return (self.start, self.end) if self.start is not None and self.end is not None else None
 
+    def run(self) -> str | None:
+        """The run id of the latest scheduled analysis (what ``/dashboards/`` shows)."""
+        with self._lock:
+            return self.run_id
+
 
 @dataclass
 class _Analyze:
@@ -573,11 +578,13 @@ def export_and_publish(
     now: datetime | None = None,
     *,
     window: tuple[datetime, datetime] | None = None,
+    run_id: str | None = None,
 ) -> list[Path]:
     """Export the dashboards into a fresh directory, then move each file into ``out_dir``.
 
-    The window: ``window`` (the scheduled analysis'), else ``dashboards.window`` ending at ``now``,
-    else the latest persisted analysis. Each file is replaced atomically (``os.replace``), so
+    The analysis: the persisted run ``run_id`` (the scheduled analysis'), else ``window``, else
+    ``dashboards.window`` ending at ``now``, else the latest persisted analysis. Each file is
+    replaced atomically (``os.replace``), so
     ``/dashboards/`` never serves a half-written view while an export runs. Nothing else writes
     ``out_dir``: API exports go to a temporary directory, alert links under ``out_dir/runs/``.
     """
@@ -602,6 +609,7 @@ def export_and_publish(
             formats=tuple(config.dashboards.formats),
             conventions=_conventions(config),
             trace_url=config.links.trace_url,
+            run_id=run_id,
         )
         published = []
         for path in report.files:
@@ -630,7 +638,9 @@ class _Dashboards:
                 # rather than publish whatever run was persisted last, by whoever.
                 self.analyze(ctx)
                 window = self.scheduled.window()
-        files = export_and_publish(ctx.store, ctx.config, ctx.now, window=window)
+        # The scheduled analysis' own run, not another analysis of its window.
+        run_id = self.scheduled.run() if window is not None else None
+        files = export_and_publish(ctx.store, ctx.config, ctx.now, window=window, run_id=run_id)
         return f"{len(files)} files exported to {ctx.config.dashboards.out_dir}"
 
 
@@ -758,7 +768,11 @@ class Service:
             token = config.auth.token()
             run_job = self._run_job_for_api if config.schedule.enabled else None
             api = ServiceApi(
-                self.store, config, token=token, run_job=run_job, scheduled_window=self.scheduled.window
+                self.store,
+                config,
+                token=token,
+                run_job=run_job,
+                scheduled_run=self.scheduled.run,
             )
             self.ingest = IngestRuntime(
                 self.store,
