@@ -201,7 +201,7 @@ class Conventions:
     # --- summaries (analytics.summaries) ---------------------------------------------------
     # When a minute is summarised, the critical path of its slowest requests per operation is walked
     # once: those at or above this share's quantile (a window's tail traces are read, not walked).
-    summary_walk_share: float = 0.05
+    summary_walk_share: float = 0.02
     summary_chunk: timedelta = timedelta(hours=6)  # spans summarised per read
     # Minutes this recent are counted again at every build; changed ones are summarised again.
     summary_late_horizon: timedelta = timedelta(hours=6)

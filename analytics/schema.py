@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from analytics.summary_tables import summary_tables
+from analytics.summary_tables import summary_tables, summary_top_tables
 from storage import DDLContext, Migration, register_migrations
 
 __all__ = ["MIGRATIONS", "RELEASE_TIMES_TABLE", "ROLLUPS_TABLE", "ROLLUP_RUNS_TABLE", "migration"]
@@ -60,6 +60,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(5, ROLLUP_RUNS_TABLE, _rollup_runs),
     migration(6, RELEASE_TIMES_TABLE, _release_times),
     migration(11, "tailwatch_summary_* tables", summary_tables),
+    migration(
+        12, "tailwatch_summary_request_minutes, _top_requests and _llm_call_minutes", summary_top_tables
+    ),
 )
 
 register_migrations(MIGRATIONS)

@@ -29,6 +29,7 @@ dropped by whole days.
 
 from __future__ import annotations
 
+import itertools
 import os
 import socket
 import time
@@ -57,13 +58,16 @@ from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
+    CALL_MINUTES_TABLE,
     CALLS_TABLE,
     EVALUATIONS_TABLE,
     JOB_SPANS_TABLE,
     MINUTES_TABLE,
+    REQUEST_MINUTES_TABLE,
     REQUESTS_TABLE,
     SUMMARY_TABLES,
     TAIL_WALKS_TABLE,
+    TOP_REQUESTS_TABLE,
     WORKFLOW_SPANS_TABLE,
 )
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
@@ -84,6 +88,25 @@ __all__ = [
 _MINUTE = timedelta(minutes=1)
 _Q = 0.99  # the quantile of a release step
 _KEY_SCHEMA: dict[str, Any] = {"service": pl.String, "operation": pl.String}
+_TOP_ROW_SCHEMA: dict[str, Any] = {
+    **_KEY_SCHEMA,
+    "version": pl.String,
+    "window": pl.String,
+    "trace_key": pl.UInt64,
+    "start": pl.Datetime("ns", "UTC"),
+    "duration_ms": pl.Float64,
+}
+_TOP_ROW_COLUMNS = list(_TOP_ROW_SCHEMA)
+_LOOSE_SCHEMA: dict[str, Any] = {**_TOP_ROW_SCHEMA, "weight": pl.Float64, "sync_llm_calls": pl.Int64}
+_TOP_COUNTS_SCHEMA: dict[str, Any] = {
+    **_KEY_SCHEMA,
+    "version": pl.String,
+    "window": pl.String,
+    "n": pl.Int64,
+    "floor": pl.Float64,
+    "sync": pl.Int64,
+    "first_start": pl.Datetime("ns", "UTC"),
+}
 _TAIL_SCHEMA: dict[str, Any] = {
     **_KEY_SCHEMA,
     "window": pl.String,
@@ -125,6 +148,31 @@ WALKS_SCHEMA: dict[str, Any] = {
     "start": pl.Datetime("ns", "UTC"),
     "llm_ns": pl.Int64,
 }
+REQUEST_MINUTES_SCHEMA: dict[str, Any] = {
+    "start": pl.Datetime("ns", "UTC"),  # the minute
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "requests": pl.Int64,
+    "weight_max": pl.Float64,
+    "weight_min": pl.Float64,
+    "sync_llm_calls": pl.Int64,
+    "first_start": pl.Datetime("ns", "UTC"),
+    "threshold_ms": pl.Float64,  # every request this slow or slower is a top request
+}
+_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens")
+CALL_MINUTES_SCHEMA: dict[str, Any] = {
+    "start": pl.Datetime("ns", "UTC"),  # the minute
+    "provider": pl.String,
+    "model": pl.String,
+    "sync": pl.Boolean,
+    "calls": pl.Int64,
+    "attempts": pl.Int64,
+    "failed_attempts": pl.Int64,
+    "throttled_attempts": pl.Int64,
+    "backoff_ns": pl.Int64,
+    "tokens": pl.Int64,
+}
 STORED_WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {**WORKFLOW_SPANS_SCHEMA, "wf_start_ns": pl.Int64}
 STORED_EVALUATIONS_SCHEMA: dict[str, Any] = {**FLAG_EVALUATIONS_SCHEMA, "span_ns": pl.Int64}
 
@@ -154,7 +202,10 @@ class RangeRows:
     lo: datetime
     hi: datetime
     requests: pl.DataFrame  # STORED_REQUESTS_SCHEMA
+    top_requests: pl.DataFrame  # STORED_REQUESTS_SCHEMA: the requests at or above their threshold
+    request_minutes: pl.DataFrame  # REQUEST_MINUTES_SCHEMA
     calls: pl.DataFrame  # STORED_CALLS_SCHEMA, calls started in [lo, hi)
+    call_minutes: pl.DataFrame  # CALL_MINUTES_SCHEMA: their totals per minute
     walks: pl.DataFrame  # WALKS_SCHEMA, one row per walked trace
     paths: pl.DataFrame  # CRITICAL_PATH_SCHEMA rows of the walked traces
     job_spans: pl.DataFrame  # JOB_SPANS_SCHEMA
@@ -167,7 +218,10 @@ class RangeRows:
             lo,
             hi,
             empty(STORED_REQUESTS_SCHEMA),
+            empty(STORED_REQUESTS_SCHEMA),
+            empty(REQUEST_MINUTES_SCHEMA),
             empty(STORED_CALLS_SCHEMA),
+            empty(CALL_MINUTES_SCHEMA),
             empty(WALKS_SCHEMA),
             empty(CRITICAL_PATH_SCHEMA),
             empty(JOB_SPANS_SCHEMA),
@@ -176,16 +230,80 @@ class RangeRows:
         )
 
 
-def walk_candidates(requests: pl.DataFrame, share: float) -> pl.DataFrame:
-    """The requests whose critical path a summary walks: those at or above the ``1 − share``
-    quantile of their (minute, service, operation) or of their (hour, service, operation) — the
-    minute's for a burst, the hour's for an operation with a few requests a minute. Pure."""
+_VERSION_KEYS = ["service", "operation", "version"]
+
+
+def _thresholds(requests: pl.DataFrame, share: float) -> pl.DataFrame:
+    """``requests`` with ``_minute`` and ``_threshold``: the ``1 − share`` quantile of the request's
+    (minute, service, operation, version) or of its hour's, the lower — the minute's for a burst,
+    the hour's for a version with a few requests a minute."""
+    q = pl.col("duration_ms").quantile(1.0 - share, interpolation="linear")
+    minute = pl.col("start").dt.truncate("1m")
+    by_minute = q.over(minute, *_VERSION_KEYS)
+    by_hour = q.over(pl.col("start").dt.truncate("1h"), *_VERSION_KEYS)
+    return requests.with_columns(
+        minute.alias("_minute"), pl.min_horizontal(by_minute, by_hour).alias("_threshold")
+    )
+
+
+def top_requests(requests: pl.DataFrame, share: float) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The slowest requests (those at or above their :func:`_thresholds`: their critical path is
+    walked when summarised, and a window's p99 and tail are read from them) and, per (minute,
+    service, operation, version), the counts beside them (:data:`REQUEST_MINUTES_SCHEMA`). Every
+    request of a minute at or above its ``threshold_ms`` is a top request. Pure."""
     if requests.is_empty():
-        return requests.select("trace_key")
-    threshold = pl.col("duration_ms").quantile(1.0 - share, interpolation="linear")
-    by_minute = threshold.over(pl.col("start").dt.truncate("1m"), "service", "operation")
-    by_hour = threshold.over(pl.col("start").dt.truncate("1h"), "service", "operation")
-    return requests.filter(pl.col("duration_ms") >= pl.min_horizontal(by_minute, by_hour)).select("trace_key")
+        return requests.clear(), empty(REQUEST_MINUTES_SCHEMA)
+    marked = _thresholds(requests, share)
+    top = marked.filter(pl.col("duration_ms") >= pl.col("_threshold")).drop("_minute", "_threshold")
+    minutes = (
+        marked.group_by("_minute", *_VERSION_KEYS)
+        .agg(
+            pl.len().cast(pl.Int64).alias("requests"),
+            pl.col("weight").fill_null(1.0).max().alias("weight_max"),
+            pl.col("weight").fill_null(1.0).min().alias("weight_min"),
+            pl.col("sync_llm_calls").sum().cast(pl.Int64),
+            pl.col("start").min().alias("first_start"),
+            pl.col("_threshold").first().alias("threshold_ms"),
+        )
+        .rename({"_minute": "start"})
+        .with_columns(pl.col(*_VERSION_KEYS).cast(pl.String))
+        .select(list(REQUEST_MINUTES_SCHEMA))
+        .cast(pl.Schema(REQUEST_MINUTES_SCHEMA))
+    )
+    return top, minutes
+
+
+def call_minutes(calls: pl.DataFrame) -> pl.DataFrame:
+    """The logical LLM calls per (minute, provider, model, path): their count and sums
+    (:data:`CALL_MINUTES_SCHEMA`). Pure."""
+    if calls.is_empty():
+        return empty(CALL_MINUTES_SCHEMA)
+    minute = pl.col("start_ns").cast(pl.Datetime("ns", "UTC")).dt.truncate("1m")
+    return (
+        calls.group_by(minute.alias("start"), "provider", "model", "sync")
+        .agg(pl.len().cast(pl.Int64).alias("calls"), *(pl.col(c).sum().cast(pl.Int64) for c in _SUMS))
+        .select(list(CALL_MINUTES_SCHEMA))
+        .cast(pl.Schema(CALL_MINUTES_SCHEMA))
+    )
+
+
+def _minute_pieces(
+    ranges: list[tuple[datetime, datetime]], cuts: list[datetime]
+) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
+    """``ranges`` cut at ``cuts`` into the whole minutes of each piece and what is left over: the
+    per-minute totals serve the first, the rows the second."""
+    whole: list[tuple[datetime, datetime]] = []
+    partial: list[tuple[datetime, datetime]] = []
+    for lo, hi in ranges:
+        bounds = [lo, *sorted({c for c in cuts if lo < c < hi}), hi]
+        for a, b in itertools.pairwise(bounds):
+            first, last = _ceil_minute(a), _floor_minute(b)
+            if first >= last:
+                partial.append((a, b))
+                continue
+            whole.append((first, last))
+            partial += [(x, y) for x, y in ((a, first), (last, b)) if x < y]
+    return whole, partial
 
 
 def extract_range(
@@ -211,7 +329,7 @@ def extract_range(
     attempts = span_attempts(llm_spans)
     workflows = workflows_from_spans(llm_spans, only)
     chosen = (
-        walk_candidates(rows, conv.summary_walk_share)["trace_key"]
+        top_requests(rows, conv.summary_walk_share)[0]["trace_key"]
         if with_candidates
         else empty({"trace_key": pl.UInt64})["trace_key"]
     )
@@ -271,11 +389,15 @@ def extract_range(
         .select(list(STORED_WORKFLOW_SPANS_SCHEMA))
         .cast(pl.Schema(STORED_WORKFLOW_SPANS_SCHEMA))
     )
+    top, minutes = top_requests(stored_requests, conv.summary_walk_share)
     return RangeRows(
         lo=lo,
         hi=hi,
         requests=stored_requests,
+        top_requests=top,
+        request_minutes=minutes,
         calls=calls,
+        call_minutes=call_minutes(calls),
         walks=walks,
         paths=paths.join(walks.select("trace_key"), on="trace_key", how="semi"),
         job_spans=fetch_job_spans(store, only, conv),
@@ -315,6 +437,11 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
     )
     tables = {
         REQUESTS_TABLE: rows.requests.with_columns(pl.col("service", "operation", "version").cast(pl.String)),
+        TOP_REQUESTS_TABLE: rows.top_requests.with_columns(
+            pl.col("service", "operation", "version").cast(pl.String)
+        ),
+        REQUEST_MINUTES_TABLE: rows.request_minutes,
+        CALL_MINUTES_TABLE: rows.call_minutes,
         CALLS_TABLE: rows.calls.with_columns(_ns_time("start_ns").alias("start")),
         TAIL_WALKS_TABLE: walks,
         JOB_SPANS_TABLE: rows.job_spans.with_columns(_ns_time("start_ns").alias("start")),
@@ -574,7 +701,6 @@ CALL_TOTALS_SCHEMA: dict[str, Any] = {
     "backoff_ns": pl.Int64,
     "tokens": pl.Int64,
 }
-_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens")
 
 
 def _call_totals(
@@ -585,15 +711,23 @@ def _call_totals(
     starting in both windows (they overlap) counts in the current one, as ``calls_in_windows``."""
     bounds = {"s": windows.start, "e": windows.end, "bs": windows.baseline_start, "be": windows.baseline_end}
     frames = []
-    if inside:
-        where, params = _in_ranges(inside)
+    # Whole minutes from their totals (a minute lies in one window once cut at the windows' ends),
+    # the rest call by call.
+    whole, partial = _minute_pieces(inside, list(bounds.values()))
+    current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
+    baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
+    for pieces, table, count in (
+        (whole, CALL_MINUTES_TABLE, "sum(calls)"),
+        (partial, CALLS_TABLE, "count()"),
+    ):
+        if not pieces:
+            continue
+        where, params = _in_ranges(pieces)
         sums = ", ".join(f"toInt64(sum({c})) AS {c}" for c in _SUMS)
-        current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
-        baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
         frames.append(
             store.query_polars(
                 f"SELECT if({current}, 'current', 'baseline') AS window, provider, model, sync, "
-                f"toInt64(count()) AS calls, {sums} FROM {store.table(CALLS_TABLE)} "
+                f"toInt64({count}) AS calls, {sums} FROM {store.table(table)} "
                 f"WHERE {where} AND (({current}) OR ({baseline})) GROUP BY window, provider, model, sync",
                 {**params, **bounds},
             )
@@ -659,12 +793,14 @@ class SummaryInputs:
         conventions: Conventions,
         inside: list[tuple[datetime, datetime]],
         extracted: list[RangeRows],
-        covered: tuple[datetime, datetime] | None,
+        covered: list[tuple[datetime, datetime]],
     ) -> None:
         self.store, self.windows, self.conv = store, windows, conventions
         self.inside = inside  # the summarised parts of what the window reads
         self.extracted = extracted  # the rest, reduced from raw spans now
-        self.covered = covered  # the summarised span the window overlaps
+        self.ranges = covered  # the summarised ranges the window overlaps
+        # The summarised span the window overlaps.
+        self.covered = (covered[0][0], covered[-1][1]) if covered else None
 
     @property
     def raw(self) -> list[tuple[datetime, datetime]]:
@@ -767,7 +903,47 @@ class SummaryInputs:
             list(FLAG_EVALUATIONS_SCHEMA)
         )
 
-    def release_samples(self) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
+    def release_samples(
+        self, source: str = "tops"
+    ) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
+        """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
+        with the durations reduced to the ranks around their p99: from the per-minute counts and
+        top requests (``source`` "tops"), or from every request row in SQL ("rows") — or ``None``
+        where the request rows are needed (sampled data, overlapping windows)."""
+        by_key = self._release_entries_tops() if source == "tops" else self._release_entries_sql()
+        return None if by_key is None else self._release_ordered(by_key)
+
+    def _release_entries_tops(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
+        if self._tops is None:
+            return None
+        stats = self._tops[0]
+        keys = ["service", "operation", "version"]
+        both = self._top_windows(keys)
+        current = self._top_windows([*keys, "window"])
+        sums = {
+            tuple(r[:3]): r[3:]
+            for r in stats.group_by(keys)
+            .agg(
+                pl.col("sync").sum(),
+                pl.col("sync").filter(pl.col("window") == "current").sum().alias("sync_cur"),
+                pl.col("first_start").min(),
+            )
+            .iter_rows()
+        }
+        by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for key, (sample, _) in both.items():
+            cur = current.get((*key, "current"))
+            sync_all, sync_cur, first = sums[key]
+            by_key[key] = {
+                "all": sample,
+                "cur": cur[0] if cur is not None else SortedWindow.of(np.empty(0)),
+                "sync_all": sync_all,
+                "sync_cur": sync_cur,
+                "first": first,
+            }
+        return by_key
+
+    def _release_entries_sql(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
         """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
         with the durations reduced in SQL to the ranks around their p99 — or ``None`` where the
         request rows are needed (sampled data, overlapping windows)."""
@@ -839,6 +1015,12 @@ FROM (
             entry["sync_cur"] += int(cur["sync_llm_calls"].sum())
             first = group["start"].min()
             entry["first"] = first if entry["first"] is None else min(entry["first"], first)
+        return by_key
+
+    def _release_ordered(
+        self, by_key: dict[tuple[str, str, str], dict[str, Any]]
+    ) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]]:
+        w = self.windows
         if not by_key:
             return empty(_ORDERED_SCHEMA), [], []
         frame = pl.DataFrame(
@@ -879,7 +1061,150 @@ FROM (
             [entries[i]["cur"] if entries[i]["cur"].size else None for i in index],
         )
 
+    @cached_property
+    def _tops(self) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """Per (service, operation, version, window): the requests (``n``), their synchronous LLM
+        calls and first start, and ``floor``, a duration from which up every request is among the
+        ``rows`` (service, operation, version, window, trace_key, start, duration_ms) — from the
+        per-minute counts and top requests of the whole summarised minutes, the request rows of
+        the partly covered ones and the raw rows; ``None`` for sampled data or overlapping windows.
+        """
+        w = self.windows
+        if w.baseline_end > w.start and w.baseline_start < w.end:
+            return None
+        raw = self._raw_requests()
+        if raw is None:
+            return None
+        # Each window's summarised part: whole minutes from their counts, the rest row by row.
+        covered = [
+            _split([(a, b)], self.ranges)[0]
+            for a, b in ((w.baseline_start, w.baseline_end), (w.start, w.end))
+        ]
+        whole, partial = _minute_pieces([piece for part in covered for piece in part], [])
+        label = (
+            "if(start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}, 'current', 'baseline') AS window"
+        )
+        bounds = {"s": w.start, "e": w.end}
+        keys = "service, operation, version, window"
+        frames = []
+        counts = empty(_TOP_COUNTS_SCHEMA)
+        if whole:
+            where, params = _in_ranges(whole)
+            counts = normalize(
+                self.store.query_polars(
+                    f"SELECT service, operation, version, {label}, toInt64(sum(requests)) AS n, "
+                    "max(threshold_ms) AS floor, max(weight_max) AS wmax, min(weight_min) AS wmin, "
+                    "toInt64(sum(sync_llm_calls)) AS sync, min(first_start) AS first_start "
+                    f"FROM {self.store.table(REQUEST_MINUTES_TABLE)} WHERE {where} GROUP BY {keys}",
+                    {**params, **bounds},
+                )
+            )
+            if not counts.is_empty() and ((counts["wmax"] != 1.0).any() or (counts["wmin"] != 1.0).any()):
+                return None
+            frames.append(
+                self.store.query_polars(
+                    f"SELECT service, operation, version, {label}, trace_key, start, duration_ms "
+                    f"FROM {self.store.table(TOP_REQUESTS_TABLE)} WHERE {where}",
+                    {**params, **bounds},
+                )
+            )
+        # Partly covered minutes and raw rows: every request, counted here.
+        loose = [raw.select(*_TOP_ROW_COLUMNS, "weight", "sync_llm_calls")]
+        if partial:
+            where, params = _in_ranges(partial)
+            loose.append(
+                self.store.query_polars(
+                    f"SELECT service, operation, version, {label}, trace_key, start, duration_ms, weight, "
+                    f"toInt64(sync_llm_calls) AS sync_llm_calls FROM {self.store.table(REQUESTS_TABLE)} "
+                    f"WHERE {where}",
+                    {**params, **bounds},
+                )
+            )
+        loose_rows = pl.concat(
+            [normalize(f).select(list(_LOOSE_SCHEMA)).cast(pl.Schema(_LOOSE_SCHEMA)) for f in loose]
+        )
+        if (loose_rows["weight"] != 1.0).any():
+            return None
+        group = ["service", "operation", "version", "window"]
+        loose_counts = loose_rows.group_by(group).agg(
+            pl.len().cast(pl.Int64).alias("n"),
+            pl.col("sync_llm_calls").sum().cast(pl.Int64).alias("sync"),
+            pl.col("start").min().alias("first_start"),
+        )
+        stats = (
+            pl.concat(
+                [
+                    counts.select(*group, "n", "floor", "sync", "first_start").cast(
+                        pl.Schema(_TOP_COUNTS_SCHEMA)
+                    ),
+                    loose_counts.with_columns(pl.lit(float("-inf")).alias("floor"))
+                    .select(list(_TOP_COUNTS_SCHEMA))
+                    .cast(pl.Schema(_TOP_COUNTS_SCHEMA)),
+                ]
+            )
+            .group_by(group)
+            .agg(pl.col("n").sum(), pl.col("floor").max(), pl.col("sync").sum(), pl.col("first_start").min())
+        )
+        rows = pl.concat(
+            [
+                *(normalize(f).select(_TOP_ROW_COLUMNS).cast(pl.Schema(_TOP_ROW_SCHEMA)) for f in frames),
+                loose_rows.select(_TOP_ROW_COLUMNS),
+            ]
+        )
+        return stats, rows
+
+    def _top_windows(self, group: list[str]) -> dict[tuple[Any, ...], tuple[SortedWindow, pl.DataFrame]]:
+        """Per ``group`` of :attr:`_tops`: the durations from the group's floor up as a
+        :class:`SortedWindow` of all its requests, and those rows."""
+        tops = self._tops
+        assert tops is not None
+        stats, rows = tops
+        per = stats.group_by(group).agg(pl.col("n").sum(), pl.col("floor").max())
+        out: dict[tuple[Any, ...], tuple[SortedWindow, pl.DataFrame]] = {}
+        joined = rows.join(per.select(*group, "floor"), on=group, how="inner").filter(
+            pl.col("duration_ms") >= pl.col("floor")
+        )
+        parts = {tuple(k): g for k, g in joined.group_by(group)}
+        for row in per.iter_rows(named=True):
+            key = tuple(row[k] for k in group)
+            part = parts.get(key, joined.clear())
+            values = np.sort(part["duration_ms"].to_numpy())
+            out[key] = (SortedWindow(values, row["n"] - values.size, row["n"]), part)
+        return out
+
     def window_tails(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        """See :meth:`_window_tails`: from the per-minute counts and top requests where they hold
+        the ranks read, else from every request row in SQL."""
+        if self._tops is not None:
+            try:
+                return self._tails_from_tops(q, most)
+            except OutsideWindow:
+                pass
+        return self._window_tails(q, most)
+
+    def _tails_from_tops(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame]:
+        group = ["service", "operation", "window"]
+        windows = self._top_windows(group)
+        rows = [(*key, sample.size, polars_quantile(sample, q)) for key, (sample, _) in windows.items()]
+        stats = pl.DataFrame(
+            rows, schema={**_KEY_SCHEMA, "window": pl.String, "n": pl.Int64, "p99": pl.Float64}, orient="row"
+        )
+        columns = ["service", "operation", "window", "trace_key", "duration_ms", "start"]
+        found = [
+            part.filter(pl.col("duration_ms") >= p99).select(columns)
+            for (_, (_, part)), (*_, p99) in zip(windows.items(), rows, strict=True)
+            if p99 is not None
+        ]
+        tails = (
+            pl.concat([empty(_TAIL_SCHEMA), *(f.cast(pl.Schema(_TAIL_SCHEMA)) for f in found)])
+            .sort(["duration_ms", "trace_key"], descending=[True, False])
+            .group_by("service", "operation", "window", maintain_order=True)
+            .head(most)
+            .select(columns)
+        )
+        return stats, tails
+
+    def _window_tails(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
         """Per (service, operation, window): the requests and their ``q`` quantile (as
         :func:`analytics.attribution.window_stats`), and the tail traces at or above it, the
         slowest ``most`` (as :func:`analytics.attribution.tail_traces`) — from SQL, the ranks
@@ -1017,7 +1342,7 @@ def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) 
     # A range without a single span (before the first one, say) reduces to nothing: one count
     # through the primary key instead of the reads of an extraction.
     extracted = [extract_range(store, a, b, conv) for a, b in outside if _has_spans(store, a, b)]
-    return SummaryInputs(store, windows, conv, inside, extracted, (covered[0][0], covered[-1][1]))
+    return SummaryInputs(store, windows, conv, inside, extracted, covered)
 
 
 _WALK_COLUMNS = (
@@ -1098,7 +1423,10 @@ def _walks(
                         a,
                         b,
                         empty(STORED_REQUESTS_SCHEMA),
+                        empty(STORED_REQUESTS_SCHEMA),
+                        empty(REQUEST_MINUTES_SCHEMA),
                         empty(STORED_CALLS_SCHEMA),
+                        empty(CALL_MINUTES_SCHEMA),
                         fresh,
                         extra.paths.join(fresh.select("trace_key"), on="trace_key", how="semi"),
                         empty(JOB_SPANS_SCHEMA),

@@ -19,14 +19,18 @@ from storage import DDLContext
 
 __all__ = [
     "CALLS_TABLE",
+    "CALL_MINUTES_TABLE",
     "EVALUATIONS_TABLE",
     "JOB_SPANS_TABLE",
     "MINUTES_TABLE",
     "REQUESTS_TABLE",
+    "REQUEST_MINUTES_TABLE",
     "SUMMARY_TABLES",
     "TAIL_WALKS_TABLE",
+    "TOP_REQUESTS_TABLE",
     "WORKFLOW_SPANS_TABLE",
     "summary_tables",
+    "summary_top_tables",
 ]
 
 REQUESTS_TABLE = "tailwatch_summary_requests"
@@ -36,6 +40,9 @@ JOB_SPANS_TABLE = "tailwatch_summary_job_spans"
 WORKFLOW_SPANS_TABLE = "tailwatch_summary_workflow_spans"
 EVALUATIONS_TABLE = "tailwatch_summary_flag_evaluations"
 MINUTES_TABLE = "tailwatch_summary_minutes"
+REQUEST_MINUTES_TABLE = "tailwatch_summary_request_minutes"
+TOP_REQUESTS_TABLE = "tailwatch_summary_top_requests"
+CALL_MINUTES_TABLE = "tailwatch_summary_llm_call_minutes"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -132,15 +139,66 @@ _TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in _TABLES)
+_REQUEST_COLUMNS = _TABLES[0][1]
+
+# Per (minute, service, operation, version): its requests, their weights, synchronous LLM calls and
+# first start, and the duration from which up every one of them is in the top-requests table (rows
+# exactly as the requests table's): a window's p99 and tail read those few rows and these counts.
+_TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        REQUEST_MINUTES_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    service LowCardinality(String),
+    operation LowCardinality(String),
+    version LowCardinality(String),
+    requests UInt64,
+    weight_max Float64,
+    weight_min Float64,
+    sync_llm_calls UInt64,
+    first_start DateTime64(9, 'UTC'),
+    threshold_ms Float64""",
+        "(service, operation, start)",
+        "cityHash64(service, operation)",
+    ),
+    (TOP_REQUESTS_TABLE, _REQUEST_COLUMNS, "(service, operation, start)", "cityHash64(service, operation)"),
+    # Per (minute, provider, model, path): the logical LLM calls and their sums.
+    (
+        CALL_MINUTES_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    provider LowCardinality(String),
+    model LowCardinality(String),
+    sync Bool,
+    calls Int64,
+    attempts Int64,
+    failed_attempts Int64,
+    throttled_attempts Int64,
+    backoff_ns Int64,
+    tokens Int64""",
+        "(provider, model, start)",
+        "cityHash64(provider, model)",
+    ),
+)
+
+SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in (*_TABLES, *_TOP_TABLES))
+
+
+def _create(ctx: DDLContext, tables: tuple[tuple[str, str, str, str], ...]) -> list[str]:
+    statements: list[str] = []
+    for name, body, order, shard in tables:
+        tail = f"PARTITION BY toYYYYMMDD(start)\nORDER BY {order}"
+        statements += ctx.create_table(name, body, tail=tail, shard_key=shard)
+    return statements
+
+
+def summary_top_tables(ctx: DDLContext) -> list[str]:
+    """The per-minute request counts, the top requests and the per-minute LLM-call totals (the
+    analytics migration adding them)."""
+    return _create(ctx, _TOP_TABLES)
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:
     """The summary tables (the analytics migration that adds them)."""
-    statements: list[str] = []
-    for name, body, order, shard in _TABLES:
-        tail = f"PARTITION BY toYYYYMMDD(start)\nORDER BY {order}"
-        statements += ctx.create_table(name, body, tail=tail, shard_key=shard)
+    statements = _create(ctx, _TABLES)
     minutes = """    minute DateTime('UTC'),
     spans UInt64,
     built_at DateTime64(3, 'UTC')"""
