@@ -71,8 +71,8 @@ from analytics.summary_tables import (
     WORKFLOW_SPANS_TABLE,
 )
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
-from collectors import TRACES_TABLE
-from storage import Store, as_utc, ensure_schema
+from collectors import TRACES_TABLE, distributed_parts
+from storage import Store, as_utc, ensure_schema, quote_identifier
 
 __all__ = [
     "SummaryBuild",
@@ -460,11 +460,30 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
     return written
 
 
-def _delete(store: Store, lo: datetime, hi: datetime) -> None:
+def data_tables(store: Store) -> dict[str, str]:
+    """Per summary table, where its rows are changed: the table itself, or — on a cluster, where
+    the table is ``Distributed`` — the table it reads, ``ON CLUSTER`` (deletes and partition drops
+    go to every shard)."""
+    rows = store.query_rows(
+        "SELECT name, engine, engine_full FROM system.tables "
+        "WHERE database = {db:String} AND has({names:Array(String)}, name)",
+        {"db": store.database, "names": [*SUMMARY_TABLES, MINUTES_TABLE]},
+    )
+    out = {name: store.table(name) for name in (*SUMMARY_TABLES, MINUTES_TABLE)}
+    for name, engine, engine_full in rows:
+        parts = distributed_parts(engine_full, store.database) if engine == "Distributed" else None
+        if parts is not None:
+            cluster, database, table = parts
+            where = f"{quote_identifier(database)}.{quote_identifier(table)}"
+            out[name] = f"{where} ON CLUSTER {quote_identifier(cluster)}"
+    return out
+
+
+def _delete(store: Store, lo: datetime, hi: datetime, tables: dict[str, str]) -> None:
     """Remove the rows of [lo, hi) before they are written again (lightweight deletes)."""
     for name in SUMMARY_TABLES:
         store.command(
-            f"DELETE FROM {store.table(name)} "
+            f"DELETE FROM {tables[name]} "
             "WHERE start >= {lo:DateTime64(9)} AND start < {hi:DateTime64(9)}",
             {"lo": lo, "hi": hi},
         )
@@ -593,6 +612,7 @@ def build_summaries(
     ensure_schema(store, MIGRATIONS)
     limit = _floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
     covered = summary_coverage(store)
+    tables = data_tables(store)
     writer = f"{socket.gethostname()}:{os.getpid()}"
     rows: dict[str, int] = {}
 
@@ -604,7 +624,7 @@ def build_summaries(
                     f"summarising {a:%Y-%m-%d %H:%M} – {b:%Y-%m-%d %H:%M} UTC" + (" again" if again else "")
                 )
             if again:
-                _delete(store, a, b)
+                _delete(store, a, b, tables)
             for name, n in _write(store, extract_range(store, a, b, conv)).items():
                 rows[name] = rows.get(name, 0) + n
             record_release_times(store, a, b, writer, built_at, conv)
@@ -627,7 +647,7 @@ def build_summaries(
             {"hi": limit},
         )
         if first is None or first.year < 1971:
-            _drop_expired(store, limit, conv)
+            _drop_expired(store, limit, conv, tables)
             return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started)
         watermark = _floor_minute(as_utc(first))
     for a, b in again:
@@ -635,7 +655,7 @@ def build_summaries(
     built_from = watermark if watermark < limit else None
     if built_from is not None:
         run(watermark, limit, False)
-    _drop_expired(store, limit, conv)
+    _drop_expired(store, limit, conv, tables)
     return SummaryBuild(
         built_from,
         limit if built_from is not None else None,
@@ -650,19 +670,20 @@ def _floor_minute_delta(value: timedelta) -> timedelta:
     return timedelta(minutes=-(-value.total_seconds() // 60))
 
 
-def _drop_expired(store: Store, now: datetime, conv: Conventions) -> None:
-    """Drop the days of summaries older than the retention (whole partitions: no rewrite)."""
-    cutoff = (now - conv.summary_retention).strftime("%Y%m%d")
+def _drop_expired(store: Store, now: datetime, conv: Conventions, tables: dict[str, str]) -> None:
+    """Drop the days of summaries older than the retention (whole partitions: no rewrite). The
+    days are read from the tables themselves (through a ``Distributed`` one, every shard's)."""
+    cutoff = _floor_minute(now - conv.summary_retention).replace(hour=0, minute=0)
     for name in (*SUMMARY_TABLES, MINUTES_TABLE):
-        parts = store.query_rows(
-            "SELECT DISTINCT partition FROM system.parts WHERE database = {db:String} AND table = {t:String} "
-            "AND active",
-            {"db": store.database, "t": name},
+        column = "minute" if name == MINUTES_TABLE else "start"
+        days = store.query_rows(
+            f"SELECT DISTINCT toYYYYMMDD({column}) FROM {store.table(name)} "
+            f"WHERE {column} < {{cutoff:DateTime64(9)}}",
+            {"cutoff": cutoff},
         )
-        for (partition,) in parts:
-            day = str(partition)  # every summary table is partitioned by day (YYYYMMDD)
-            if day < cutoff:
-                store.command(f"ALTER TABLE {store.table(name)} DROP PARTITION {{p:String}}", {"p": day})
+        for (day,) in days:
+            # Every summary table is partitioned by day (YYYYMMDD).
+            store.command(f"ALTER TABLE {tables[name]} DROP PARTITION {{p:String}}", {"p": str(day)})
 
 
 # --- a window from the summaries ---------------------------------------------------------------

@@ -14,7 +14,7 @@ The store itself (``open_store``, ``Store``, errors, migrations) is the ground f
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from collectors.layout import TracesLayout, inspect_traces, json_first, json_lookups
+from collectors.layout import TracesLayout, distributed_parts, inspect_traces, json_first, json_lookups
 from collectors.schema import (
     TRACES_ARROW_SCHEMA,
     TRACES_MIGRATIONS,
@@ -87,6 +87,7 @@ __all__ = [
     "SpanRow",
     "SubmitResult",
     "TracesLayout",
+    "distributed_parts",
     "ingest_files",
     "insert_spans",
     "inspect_traces",

@@ -30,6 +30,7 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "TracesLayout",
     "TracesLayoutError",
+    "distributed_parts",
     "distributed_target",
     "inspect_traces",
     "json_first",
@@ -242,15 +243,22 @@ def _table_row(store: Store, name: str, database: str | None = None) -> tuple[st
     return (str(rows[0][0]), str(rows[0][1]), str(rows[0][2])) if rows else None
 
 
-def distributed_target(engine_full: str, database: str) -> tuple[str, str] | None:
-    """(database, table) a ``Distributed(cluster, db, table[, key])`` engine reads; an empty or
-    ``currentDatabase()`` database is ``database`` (the Distributed table's own)."""
+def distributed_parts(engine_full: str, database: str) -> tuple[str, str, str] | None:
+    """(cluster, database, table) of a ``Distributed(cluster, db, table[, key])`` engine; an empty
+    or ``currentDatabase()`` database is ``database`` (the Distributed table's own)."""
     args = re.findall(r"'((?:[^'\\]|\\.)*)'|(\w+\(\))|(\w+)", engine_full.partition("(")[2])
     values = [a or b or c for a, b, c in args]
     if len(values) < 3:
         return None
     db = values[1] if values[1] not in ("", "currentDatabase()") else database
-    return db, values[2]
+    return values[0], db, values[2]
+
+
+def distributed_target(engine_full: str, database: str) -> tuple[str, str] | None:
+    """(database, table) a ``Distributed(cluster, db, table[, key])`` engine reads (see
+    :func:`distributed_parts`)."""
+    parts = distributed_parts(engine_full, database)
+    return None if parts is None else parts[1:]
 
 
 def _inspect(store: Store, table: str) -> TracesLayout:

@@ -296,3 +296,12 @@ def test_a_distributed_table_is_read_through_the_table_it_names() -> None:
     assert distributed_target(unquoted, "tw") == ("tw", "otel_traces_local")
     assert distributed_target("Distributed('c', currentDatabase(), 'x')", "tw") == ("tw", "x")
     assert distributed_target("Distributed('c')", "tw") is None
+    # The cluster too: where the summaries' deletes and partition drops go, ON CLUSTER.
+    from collectors import distributed_parts
+
+    assert distributed_parts(engine, "tw") == ("c", "otel", "otel_traces")
+    assert distributed_parts("Distributed(`prod`, '', 'tailwatch_summary_requests_local')", "tw") == (
+        "prod",
+        "tw",
+        "tailwatch_summary_requests_local",
+    )
