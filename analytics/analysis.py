@@ -454,6 +454,7 @@ def analyze(
     *,
     use_summaries: bool = True,
     lazy: bool = False,
+    shared: dict[Any, Any] | None = None,
 ) -> Analysis:
     """Every metric over [start, end) against the baseline window (default: the window of equal
     length just before ``start``). Datetimes must be timezone-aware.
@@ -461,7 +462,9 @@ def analyze(
     Where :func:`analytics.build_summaries` has summarised the spans, their rows are read instead
     (the same figures, see :mod:`analytics.summaries`); ``use_summaries=False`` reads every span.
     ``lazy``: from summaries, each frame is computed when first read (the store must stay open
-    until then) — a caller reading a few frames pays for those."""
+    until then) — a caller reading a few frames pays for those. ``shared``: a dict the caller keeps
+    across the analyses of one moment (a rule evaluation), so that the spans not summarised yet are
+    reduced once for all of them."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end, baseline_start, baseline_end)
     # The baseline window on its own, for the metrics read per window (jobs, workflow runs).
@@ -470,7 +473,7 @@ def analyze(
     )
     every = series_every(windows.start, windows.end, conv.series_buckets)
     # Where the summaries reach, their rows replace the span reads (analytics.summaries).
-    summarised = summarised_inputs(store, windows, conv) if use_summaries else None
+    summarised = summarised_inputs(store, windows, conv, shared) if use_summaries else None
     if summarised is not None:
         source = _FromSummaries(store, summarised, windows, conv, every)
         if lazy:

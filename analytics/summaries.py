@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import polars as pl
@@ -1349,9 +1349,13 @@ def _has_spans(store: Store, lo: datetime, hi: datetime) -> bool:
     )
 
 
-def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) -> SummaryInputs | None:
+def summarised_inputs(
+    store: Store, windows: Windows, conventions: Conventions, shared: dict[Any, Any] | None = None
+) -> SummaryInputs | None:
     """The inputs of the window from the summaries and raw spans where they do not reach, or
-    ``None`` when no summary covers any of it (the caller reads raw spans as before)."""
+    ``None`` when no summary covers any of it (the caller reads raw spans as before). ``shared``:
+    kept by a caller analysing several windows at one moment (a rule evaluation): a range of raw
+    spans reduced for one window is reused for the next."""
     conv = conventions
     needed = _merge_ranges(
         [(windows.baseline_start, windows.baseline_end), (windows.start, windows.end + conv.trace_margin)]
@@ -1362,7 +1366,14 @@ def summarised_inputs(store: Store, windows: Windows, conventions: Conventions) 
         return None
     # A range without a single span (before the first one, say) reduces to nothing: one count
     # through the primary key instead of the reads of an extraction.
-    extracted = [extract_range(store, a, b, conv) for a, b in outside if _has_spans(store, a, b)]
+    cache: dict[Any, Any] = {} if shared is None else shared
+
+    def reduced(a: datetime, b: datetime) -> RangeRows | None:
+        if ("raw", a, b) not in cache:
+            cache[("raw", a, b)] = extract_range(store, a, b, conv) if _has_spans(store, a, b) else None
+        return cast(RangeRows | None, cache[("raw", a, b)])
+
+    extracted = [r for r in (reduced(a, b) for a, b in outside) if r is not None]
     return SummaryInputs(store, windows, conv, inside, extracted, covered)
 
 

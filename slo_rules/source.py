@@ -47,6 +47,8 @@ class AnalyticsSource:
         self._analyses: dict[WindowKey, Analysis] = {}
         self._good_total: dict[tuple[datetime, datetime, float], pl.DataFrame] = {}
         self._run_ids: dict[WindowKey, str] = {}
+        # The spans not summarised yet, reduced once for every window of this evaluation.
+        self._shared: dict[object, object] = {}
 
     @property
     def analyses_run(self) -> int:
@@ -71,6 +73,7 @@ class AnalyticsSource:
                 baseline_end=baseline_end,
                 conventions=self.conventions,
                 lazy=True,
+                shared=self._shared,
             )
         return self._analyses[key]
 
