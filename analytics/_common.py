@@ -11,7 +11,27 @@ import polars as pl
 from analytics.conventions import Conventions
 from storage import TailwatchError, as_utc
 
-__all__ = ["AnalysisError", "Windows", "empty", "first_of_each", "normalize", "series_every"]
+__all__ = [
+    "AnalysisError",
+    "Windows",
+    "ceil_minute",
+    "empty",
+    "first_of_each",
+    "floor_minute",
+    "normalize",
+    "series_every",
+]
+
+_MINUTE = timedelta(minutes=1)
+
+
+def floor_minute(value: datetime) -> datetime:
+    return value.replace(second=0, microsecond=0)
+
+
+def ceil_minute(value: datetime) -> datetime:
+    floor = floor_minute(value)
+    return floor if floor == value else floor + _MINUTE
 
 
 class AnalysisError(TailwatchError, ValueError):

@@ -702,21 +702,8 @@ class _FromSummaries:
     def _current(self) -> pl.DataFrame:
         """The current window's requests with the time their synchronous LLM calls hold them."""
         requests = self.inputs.requests.with_columns(self.inputs.sync_llm_ms.alias("sync_llm_ms"))
-        return with_critical_path(
-            requests.filter(pl.col("window") == "current").select(
-                "trace_key",
-                pl.col("service").cast(pl.String),
-                pl.col("operation").cast(pl.String),
-                pl.col("version").cast(pl.String),
-                "duration_ms",
-                "abandoned",
-                "sync_llm_calls",
-                "sync_llm_ms",
-                pl.col("weight").fill_null(1.0),
-            ),
-            self._attribution[3],
-            self.conv,
-        )
+        no_calls = pl.DataFrame(schema={"trace_key": pl.UInt64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+        return counterfactual(requests, no_calls, self._attribution[3], self.conv)
 
     @cached_property
     def _boundary(self) -> tuple[pl.DataFrame, pl.DataFrame]:

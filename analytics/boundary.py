@@ -160,7 +160,11 @@ def counterfactual(
     current = requests.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(COUNTERFACTUAL_SCHEMA)
-    union = sync_llm_union_ns(current, calls)
+    sync_ms: pl.Expr | pl.Series = (
+        pl.col("sync_llm_ms")  # known: the summaries keep it per request
+        if "sync_llm_ms" in current.columns
+        else pl.Series("sync_llm_ms", sync_llm_union_ns(current, calls) / 1e6, dtype=pl.Float64)
+    )
     frame = current.select(
         "trace_key",
         pl.col("service").cast(pl.String),
@@ -169,7 +173,7 @@ def counterfactual(
         "duration_ms",
         "abandoned",
         "sync_llm_calls",
-        pl.Series("sync_llm_ms", union / 1e6, dtype=pl.Float64),
+        sync_ms,
         (pl.col("weight").fill_null(1.0) if "weight" in current.columns else pl.lit(1.0)).alias("weight"),
     )
     return with_critical_path(frame, walked, conventions)

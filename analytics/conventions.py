@@ -202,7 +202,7 @@ class Conventions:
     # When a minute is summarised, the critical path of its slowest requests per operation is walked
     # once: those at or above this share's quantile (a window's tail traces are read, not walked).
     summary_walk_share: float = 0.02
-    summary_chunk: timedelta = timedelta(hours=6)  # spans summarised per read
+    summary_chunk_spans: int = 5_000_000  # span rows summarised per read (whole minutes)
     # Minutes this recent are counted again at every build; changed ones are summarised again.
     summary_late_horizon: timedelta = timedelta(hours=6)
     # Summaries outlive the raw spans: a 30- or 90-day view keeps working after their TTL.
@@ -236,6 +236,7 @@ class Conventions:
             "series_buckets",
             "coupling_min_releases",
             "min_sampled_tail",
+            "summary_chunk_spans",
         )
         for name in _positive:
             if getattr(self, name) <= 0:

@@ -35,7 +35,7 @@ import polars as pl
 import pyarrow as pa
 from hdrh.histogram import HdrHistogram
 
-from analytics._common import Windows, empty, normalize
+from analytics._common import Windows, ceil_minute, empty, floor_minute, normalize
 from analytics.conventions import ABANDONED, IS_HOT_ROOT, WEIGHT, Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA, is_weighted
 from analytics.releases import record_release_times
@@ -55,21 +55,11 @@ __all__ = [
 
 ROLLUP_SETTLE = timedelta(minutes=2)
 HIGHEST_US = 24 * 3600 * 1_000_000  # a day, in microseconds: anything slower is clamped
-_MINUTE = timedelta(minutes=1)
 _QUANTILES = {"p50_ms": 50.0, "p95_ms": 95.0, "p99_ms": 99.0, "p999_ms": 99.9}
 
 
 def new_histogram(significant_digits: int = 3) -> HdrHistogram:
     return HdrHistogram(1, HIGHEST_US, significant_digits)
-
-
-def _floor_minute(value: datetime) -> datetime:
-    return value.replace(second=0, microsecond=0)
-
-
-def _ceil_minute(value: datetime) -> datetime:
-    floor = _floor_minute(value)
-    return floor if floor == value else floor + _MINUTE
 
 
 def rollup_source_sql(table: str) -> str:
@@ -117,7 +107,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
     now − ``ROLLUP_SETTLE``). Returns the number of rollup rows written."""
     conv = conventions or Conventions()
     ensure_schema(store, MIGRATIONS)
-    limit = _floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - ROLLUP_SETTLE)
+    limit = floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - ROLLUP_SETTLE)
     covered = coverage(store)
     if covered is not None:
         lo = covered[1]
@@ -129,7 +119,7 @@ def build_rollups(store: Store, until: datetime | None = None, conventions: Conv
         )
         if first is None or first.year < 1971:
             return 0
-        lo = _floor_minute(as_utc(first))
+        lo = floor_minute(as_utc(first))
     if lo >= limit:
         return 0
     params = {**conv.sql_parameters(), "lo": lo, "hi": limit, "highest": HIGHEST_US}
@@ -228,8 +218,8 @@ def long_window_hot_path(
     covered = coverage(store)
     if covered is None:
         return exact
-    lo = max(_ceil_minute(windows.start), covered[0])
-    hi = min(_floor_minute(windows.end), covered[1])
+    lo = max(ceil_minute(windows.start), covered[0])
+    hi = min(floor_minute(windows.end), covered[1])
     if hi <= lo:
         return exact
     rolled = _fetch_rollups(store, lo, hi)

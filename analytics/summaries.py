@@ -42,7 +42,7 @@ from typing import Any, cast
 import numpy as np
 import polars as pl
 
-from analytics._common import Windows, empty, first_of_each, normalize
+from analytics._common import Windows, ceil_minute, empty, first_of_each, floor_minute, normalize
 from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_spans
 from analytics.boundary import sync_llm_union_ns
@@ -177,15 +177,6 @@ STORED_WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {**WORKFLOW_SPANS_SCHEMA, "wf_sta
 STORED_EVALUATIONS_SCHEMA: dict[str, Any] = {**FLAG_EVALUATIONS_SCHEMA, "span_ns": pl.Int64}
 
 
-def _floor_minute(value: datetime) -> datetime:
-    return value.replace(second=0, microsecond=0)
-
-
-def _ceil_minute(value: datetime) -> datetime:
-    floor = _floor_minute(value)
-    return floor if floor == value else floor + _MINUTE
-
-
 def summary_settle(conventions: Conventions) -> timedelta:
     """How long a minute waits before it is summarised: the trace margin (a request's LLM calls and
     its trace's spans have started by then) and a minute for the exporters' batches."""
@@ -297,7 +288,7 @@ def _minute_pieces(
     for lo, hi in ranges:
         bounds = [lo, *sorted({c for c in cuts if lo < c < hi}), hi]
         for a, b in itertools.pairwise(bounds):
-            first, last = _ceil_minute(a), _floor_minute(b)
+            first, last = ceil_minute(a), floor_minute(b)
             if first >= last:
                 partial.append((a, b))
                 continue
@@ -507,8 +498,10 @@ def _recorded_counts(store: Store, lo: datetime, hi: datetime) -> dict[datetime,
     return {as_utc(m): int(n) for m, n in rows}
 
 
-def _record_minutes(store: Store, lo: datetime, hi: datetime, built_at: datetime) -> int:
-    counts = _span_counts(store, lo, hi)
+def _record_minutes(
+    store: Store, lo: datetime, hi: datetime, built_at: datetime, counts: dict[datetime, int]
+) -> int:
+    """Record [lo, hi) as summarised, each minute with the span rows it held (``counts``)."""
     minutes = []
     m = lo
     while m < hi:
@@ -542,7 +535,7 @@ def summary_coverage(
     where, params = "", {}
     if lo is not None and hi is not None:
         where = "WHERE minute >= {lo:DateTime} AND minute < {hi:DateTime}"
-        params = {"lo": _floor_minute(as_utc(lo)), "hi": _ceil_minute(as_utc(hi))}
+        params = {"lo": floor_minute(as_utc(lo)), "hi": ceil_minute(as_utc(hi))}
     # Runs of consecutive minutes, found in SQL: a minute starts a run when the one before is absent.
     rows = store.query_rows(
         f"""
@@ -581,10 +574,20 @@ class SummaryBuild:
         return f"{span}, {self.resummarised} minutes again, {total} rows in {self.seconds:.1f} s"
 
 
-def _chunks(lo: datetime, hi: datetime, size: timedelta) -> Iterable[tuple[datetime, datetime]]:
-    while lo < hi:
-        yield lo, min(hi, lo + size)
-        lo = min(hi, lo + size)
+def _chunks(
+    lo: datetime, hi: datetime, counts: dict[datetime, int], spans: int
+) -> Iterable[tuple[datetime, datetime]]:
+    """[lo, hi) in whole minutes, cut where about ``spans`` span rows (``counts`` per minute) have
+    gone by: reads of a steady size, few for a quiet store, bounded in memory for a busy one."""
+    start, held, minute = lo, 0, lo
+    while minute < hi:
+        held += counts.get(minute, 0)
+        minute += _MINUTE
+        if held >= spans and minute < hi:
+            yield start, minute
+            start, held = minute, 0
+    if start < hi:
+        yield start, hi
 
 
 def _merge_ranges(ranges: list[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
@@ -610,7 +613,7 @@ def build_summaries(
     conv = conventions or Conventions()
     started = time.perf_counter()
     ensure_schema(store, MIGRATIONS)
-    limit = _floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
+    limit = floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
     covered = summary_coverage(store)
     tables = data_tables(store)
     writer = f"{socket.gethostname()}:{os.getpid()}"
@@ -618,7 +621,8 @@ def build_summaries(
 
     def run(lo: datetime, hi: datetime, again: bool) -> None:
         built_at = datetime.now(UTC)
-        for a, b in _chunks(lo, hi, conv.summary_chunk):
+        counts = _span_counts(store, lo, hi)
+        for a, b in _chunks(lo, hi, counts, conv.summary_chunk_spans):
             if progress is not None:
                 progress(
                     f"summarising {a:%Y-%m-%d %H:%M} – {b:%Y-%m-%d %H:%M} UTC" + (" again" if again else "")
@@ -628,7 +632,7 @@ def build_summaries(
             for name, n in _write(store, extract_range(store, a, b, conv)).items():
                 rows[name] = rows.get(name, 0) + n
             record_release_times(store, a, b, writer, built_at, conv)
-            _record_minutes(store, a, b, built_at)
+            _record_minutes(store, a, b, built_at, counts)
 
     # Minutes summarised before whose span rows changed since: late or repeated spans.
     again: list[tuple[datetime, datetime]] = []
@@ -649,7 +653,7 @@ def build_summaries(
         if first is None or first.year < 1971:
             _drop_expired(store, limit, conv, tables)
             return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started)
-        watermark = _floor_minute(as_utc(first))
+        watermark = floor_minute(as_utc(first))
     for a, b in again:
         run(a, b, True)
     built_from = watermark if watermark < limit else None
@@ -673,7 +677,7 @@ def _floor_minute_delta(value: timedelta) -> timedelta:
 def _drop_expired(store: Store, now: datetime, conv: Conventions, tables: dict[str, str]) -> None:
     """Drop the days of summaries older than the retention (whole partitions: no rewrite). The
     days are read from the tables themselves (through a ``Distributed`` one, every shard's)."""
-    cutoff = _floor_minute(now - conv.summary_retention).replace(hour=0, minute=0)
+    cutoff = floor_minute(now - conv.summary_retention).replace(hour=0, minute=0)
     for name in (*SUMMARY_TABLES, MINUTES_TABLE):
         column = "minute" if name == MINUTES_TABLE else "start"
         days = store.query_rows(
@@ -969,12 +973,10 @@ class SummaryInputs:
         with the durations reduced in SQL to the ranks around their p99 — or ``None`` where the
         request rows are needed (sampled data, overlapping windows)."""
         w = self.windows
-        if w.baseline_end > w.start and w.baseline_start < w.end:
+        prelude = self._sql_prelude()
+        if prelude is None:
             return None
-        raw = self._raw_requests()
-        if raw is None:
-            return None
-        where, params = _in_ranges(self.inside)
+        raw, where, params = prelude
         # Ranks held either side of the p99: 12 standard deviations of its rank (a bootstrap draw
         # beyond is a 1e-30 event, and then the rows are read after all) and the raw rows' count.
         spread = "toInt64(ceil(12 * sqrt({n} * %r))) + 64 + {{extra:Int64}}" % (_Q * (1 - _Q))
@@ -1232,12 +1234,10 @@ FROM (
         around each quantile and the tail rows only; ``None`` where the request rows are needed
         (sampled data, overlapping windows, a quantile rank outside those read)."""
         w = self.windows
-        if w.baseline_end > w.start and w.baseline_start < w.end:
+        prelude = self._sql_prelude()
+        if prelude is None:
             return None
-        raw = self._raw_requests()
-        if raw is None:
-            return None
-        where, params = _in_ranges(self.inside)
+        raw, where, params = prelude
         spread = "toInt64(ceil(12 * sqrt(n * %r))) + 64 + {extra:Int64}" % (q * (1 - q))
         current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
         baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
@@ -1309,6 +1309,18 @@ FROM (
             .select(columns)
         )
         return stats, tails
+
+    def _sql_prelude(self) -> tuple[pl.DataFrame, str, dict[str, Any]] | None:
+        """The raw requests and the summarised ranges' condition, for the readers that reduce the
+        request rows in SQL — ``None`` when they cannot (sampled data, overlapping windows)."""
+        w = self.windows
+        if w.baseline_end > w.start and w.baseline_start < w.end:
+            return None
+        raw = self._raw_requests()
+        if raw is None:
+            return None
+        where, params = _in_ranges(self.inside)
+        return raw, where, params
 
     def _raw_requests(self) -> pl.DataFrame | None:
         """The extracted (raw) requests of either window, labelled, or ``None`` when sampled."""

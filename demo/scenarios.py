@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import polars as pl
 
-from analytics import Analysis, analyze, persist_analysis
+from analytics import Analysis, analyze, build_summaries, persist_analysis
 from collectors import IngestRuntime, PipelineSettings
 from dashboards import export_dashboards
 from demo.generator import (
@@ -593,15 +593,20 @@ def run_demo(
         if stats.failed_spans:
             raise DemoError(f"{stats.failed_spans} spans were refused by the receiver")
 
+        with _timed(timings, "summaries"):
+            # What `tailwatch serve` keeps up to date every minute: the analysis, the rules and the
+            # dashboards below read these (and the spans of whatever they do not cover).
+            summarised = build_summaries(store, until=tl.end)
+        echo(f"summaries: {summarised.describe()}")
         with _timed(timings, "analyze"):
             # The window the demo rules read (the last day against the day before): the scenarios are
             # scored from these frames.
             analysis = analyze(store, tl.current_start, tl.end)
-            persist_analysis(store, analysis)
+            run_id = persist_analysis(store, analysis)
         with _timed(timings, "rules"):
             rule_kinds, delivered = _alerts(store, rules_path, tl.end, sink.url, dashboards_dir)
         with _timed(timings, "dashboards"):
-            report = export_dashboards(store, dashboards_dir, tl.current_start, tl.end)
+            report = export_dashboards(store, dashboards_dir, run_id=run_id)
             dashboards = [str(p) for p in report.files]
 
     outcomes, unexpected = match_alerts(

@@ -27,6 +27,7 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from analytics import (
+    FRAME_SCHEMAS,
     Analysis,
     Conventions,
     SummaryBuild,
@@ -278,26 +279,7 @@ def test_the_mix_gives_every_metric_something_to_compare(
 ) -> None:
     # The comparisons below mean something only if every metric has rows in this window.
     full = window_analyses.full
-    for name in (
-        "hot_path",
-        "releases",
-        "release_coupling",
-        "hot_path_series",
-        "cold_path",
-        "cold_path_series",
-        "cold_path_cdf",
-        "abandonment",
-        "abandonment_summary",
-        "retry_hops",
-        "retry_amplification",
-        "attribution",
-        "attribution_spans",
-        "llm_signals",
-        "llm_calls",
-        "boundary",
-        "boundary_releases",
-        "slices",
-    ):
+    for name in FRAME_SCHEMAS:
         assert full.frames[name].height > 0, f"no {name} rows in the window"
     assert _request_counts(full) == _requests_in(dataset.spans, START, END)
     baseline = full.retry_amplification.row(0, named=True)
