@@ -72,6 +72,7 @@ test: system-deps lint typecheck unit
 bench: $(STAMP)
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.analytics
+	$(BIN)/python -m bench.summaries
 
 clean:
 	rm -rf $(VENV) .tailwatch demo-out .pytest_cache .mypy_cache .ruff_cache
