@@ -161,18 +161,15 @@ REQUEST_MINUTES_SCHEMA: dict[str, Any] = {
     "threshold_ms": pl.Float64,  # every request this slow or slower is a top request
 }
 _SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens")
-CALL_MINUTES_SCHEMA: dict[str, Any] = {
-    "start": pl.Datetime("ns", "UTC"),  # the minute
+# The logical LLM calls summed per provider, model and path: per minute as kept, per window as read.
+_CALL_SUMS: dict[str, Any] = {
     "provider": pl.String,
     "model": pl.String,
     "sync": pl.Boolean,
     "calls": pl.Int64,
-    "attempts": pl.Int64,
-    "failed_attempts": pl.Int64,
-    "throttled_attempts": pl.Int64,
-    "backoff_ns": pl.Int64,
-    "tokens": pl.Int64,
+    **dict.fromkeys(_SUMS, pl.Int64),
 }
+CALL_MINUTES_SCHEMA: dict[str, Any] = {"start": pl.Datetime("ns", "UTC"), **_CALL_SUMS}
 STORED_WORKFLOW_SPANS_SCHEMA: dict[str, Any] = {**WORKFLOW_SPANS_SCHEMA, "wf_start_ns": pl.Int64}
 STORED_EVALUATIONS_SCHEMA: dict[str, Any] = {**FLAG_EVALUATIONS_SCHEMA, "span_ns": pl.Int64}
 
@@ -714,18 +711,7 @@ def _read(store: Store, table: str, columns: str, ranges: list[tuple[datetime, d
     )
 
 
-CALL_TOTALS_SCHEMA: dict[str, Any] = {
-    "window": pl.String,
-    "provider": pl.String,
-    "model": pl.String,
-    "sync": pl.Boolean,
-    "calls": pl.Int64,
-    "attempts": pl.Int64,
-    "failed_attempts": pl.Int64,
-    "throttled_attempts": pl.Int64,
-    "backoff_ns": pl.Int64,
-    "tokens": pl.Int64,
-}
+CALL_TOTALS_SCHEMA: dict[str, Any] = {"window": pl.String, **_CALL_SUMS}
 
 
 def _call_totals(
