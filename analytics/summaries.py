@@ -656,7 +656,10 @@ def build_summaries(
     built_from = watermark if watermark < limit else None
     if built_from is not None:
         run(watermark, limit, False)
-    _drop_expired(store, limit, conv, tables)
+    # Retention drops whole days: looked at on a first build and whenever a build reaches a new
+    # hour, not every minute.
+    if not covered or limit.replace(minute=0) > covered[-1][1].replace(minute=0):
+        _drop_expired(store, limit, conv, tables)
     return SummaryBuild(
         built_from,
         limit if built_from is not None else None,
