@@ -397,10 +397,6 @@ def extract_range(
 # --- writing and reading the tables ------------------------------------------------------------
 
 
-def _to_arrow(frame: pl.DataFrame, start: pl.Expr) -> Any:
-    return frame.with_columns(start.dt.cast_time_unit("ns").alias("start")).to_arrow()
-
-
 def _ns_time(column: str) -> pl.Expr:
     return pl.col(column).cast(pl.Datetime("ns", "UTC"))
 
