@@ -30,6 +30,7 @@ dropped by whole days.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import socket
 import time
@@ -951,7 +952,48 @@ class SummaryInputs:
                 "sync_cur": sync_cur,
                 "first": first,
             }
+        # A version with few requests has few top requests: its durations are read whole.
+        short = [k for k, e in by_key.items() if not (_holds_tail(e["all"]) and _holds_tail(e["cur"]))]
+        if short:
+            for key, (all_ms, cur_ms) in self._whole_samples(short).items():
+                by_key[key] |= {"all": all_ms, "cur": cur_ms}
         return by_key
+
+    def _whole_samples(
+        self, keys: list[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[SortedWindow, SortedWindow]]:
+        """Every duration of these (service, operation, version), both windows and the current:
+        the whole summarised minutes' request rows, and the raw and partly covered minutes' rows
+        :attr:`_tops` holds."""
+        assert self._tops is not None
+        names = ["service", "operation", "version"]
+        wanted = pl.DataFrame(keys, schema=dict.fromkeys(names, pl.String), orient="row")
+        columns = [*names, "window", "duration_ms"]
+        parts = [self._tops[1].filter(pl.col("loose")).join(wanted, on=names, how="semi").select(columns)]
+        if self._whole:
+            where, params = _in_ranges(self._whole)
+            w = self.windows
+            label = "if(start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}, 'current', 'baseline')"
+            # The keys as one string each: names never hold the unit separator.
+            joined = "concat(service, char(31), operation, char(31), version)"
+            frame = self.store.query_polars(
+                f"SELECT service, operation, version, {label} AS window, duration_ms "
+                f"FROM {self.store.table(REQUESTS_TABLE)} "
+                f"WHERE {where} AND has({{keys:Array(String)}}, {joined})",
+                {**params, "s": w.start, "e": w.end, "keys": ["\x1f".join(k) for k in keys]},
+            )
+            parts.append(normalize(frame).select(columns).cast({c: pl.String for c in names}))
+        values = pl.concat([p.cast({"window": pl.String, "duration_ms": pl.Float64}) for p in parts])
+        found = {tuple(k): g for k, g in values.group_by(names)}
+        out: dict[tuple[str, str, str], tuple[SortedWindow, SortedWindow]] = {}
+        for key in keys:
+            group = found.get(key, values.clear())
+            current = group.filter(pl.col("window") == "current")
+            out[key] = (
+                SortedWindow.of(group["duration_ms"].to_numpy()),
+                SortedWindow.of(current["duration_ms"].to_numpy()),
+            )
+        return out
 
     def _release_entries_sql(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
         """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
@@ -1089,6 +1131,7 @@ FROM (
             for a, b in ((w.baseline_start, w.baseline_end), (w.start, w.end))
         ]
         whole, partial = _minute_pieces([piece for part in covered for piece in part], [])
+        self._whole = whole
         label = (
             "if(start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}, 'current', 'baseline') AS window"
         )
@@ -1153,10 +1196,17 @@ FROM (
             .group_by(group)
             .agg(pl.col("n").sum(), pl.col("floor").max(), pl.col("sync").sum(), pl.col("first_start").min())
         )
+        # ``loose``: a raw or partly covered minute's row (every request there), not a top request.
         rows = pl.concat(
             [
-                *(normalize(f).select(_TOP_ROW_COLUMNS).cast(pl.Schema(_TOP_ROW_SCHEMA)) for f in frames),
-                loose_rows.select(_TOP_ROW_COLUMNS),
+                *(
+                    normalize(f)
+                    .select(_TOP_ROW_COLUMNS)
+                    .cast(pl.Schema(_TOP_ROW_SCHEMA))
+                    .with_columns(pl.lit(False).alias("loose"))
+                    for f in frames
+                ),
+                loose_rows.select(_TOP_ROW_COLUMNS).with_columns(pl.lit(True).alias("loose")),
             ]
         )
         return stats, rows
@@ -1334,6 +1384,16 @@ def _cast(frame: pl.DataFrame, schema: dict[str, Any]) -> pl.DataFrame:
     if frame.is_empty() and not frame.columns:
         return empty(schema)
     return frame.select(list(schema)).cast(pl.Schema(schema))
+
+
+def _holds_tail(sample: SortedWindow) -> bool:
+    """Whether ``sample`` holds the ranks a release step reads: around its p99, 12 standard
+    deviations of the rank and more (as :meth:`SummaryInputs._release_entries_sql` reads)."""
+    n = sample.size
+    if n == 0 or sample.complete:
+        return True
+    reach = math.ceil(12 * math.sqrt(n * _Q * (1 - _Q))) + 64
+    return sample.first <= max(0, math.floor(_Q * n) - reach)
 
 
 def _has_spans(store: Store, lo: datetime, hi: datetime) -> bool:
