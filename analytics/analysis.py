@@ -745,13 +745,12 @@ class _FromSummaries:
     def releases(self) -> pl.DataFrame:
         # The durations' ranks around each p99, reduced in SQL; the request rows where they do not
         # do (sampled data, overlapping windows, a bootstrap draw beyond the ranks read).
-        for source in ("tops", "rows"):
-            samples = self.inputs.release_samples(source)
-            if samples is not None:
-                try:
-                    return release_steps(*samples, self.conv)
-                except OutsideWindow:
-                    continue
+        samples = self.inputs.release_samples()
+        if samples is not None:
+            try:
+                return release_steps(*samples, self.conv)
+            except OutsideWindow:
+                pass
         requests = self.inputs.requests
         first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
         times = fetch_release_times(self.store, first_requests, self.windows, self.conv, self.inputs.covered)

@@ -235,14 +235,14 @@ def _thresholds(requests: pl.DataFrame, share: float) -> pl.DataFrame:
     )
 
 
-def top_requests(requests: pl.DataFrame, share: float) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The slowest requests (those at or above their :func:`_thresholds`: their critical path is
-    walked when summarised, and a window's p99 and tail are read from them) and, per (minute,
-    service, operation, version), the counts beside them (:data:`REQUEST_MINUTES_SCHEMA`). Every
-    request of a minute at or above its ``threshold_ms`` is a top request. Pure."""
-    if requests.is_empty():
-        return requests.clear(), empty(REQUEST_MINUTES_SCHEMA)
-    marked = _thresholds(requests, share)
+def top_requests(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The slowest requests of ``marked`` (requests with their :func:`_thresholds`: those at or
+    above it; their critical path is walked when summarised, and a window's p99 and tail are read
+    from them) and, per (minute, service, operation, version), the counts beside them
+    (:data:`REQUEST_MINUTES_SCHEMA`). Every request of a minute at or above its ``threshold_ms``
+    is a top request. Pure."""
+    if marked.is_empty():
+        return marked.drop("_minute", "_threshold"), empty(REQUEST_MINUTES_SCHEMA)
     top = marked.filter(pl.col("duration_ms") >= pl.col("_threshold")).drop("_minute", "_threshold")
     minutes = (
         marked.group_by("_minute", *_VERSION_KEYS)
@@ -307,7 +307,7 @@ def extract_range(
     """The spans of [lo, hi) reduced as :func:`analytics.analyze` reduces a window's: the reads see
     the trace margin on both sides (a request's calls after ``hi``, the roots before ``lo`` that make
     a call synchronous), the rows kept are those that start in [lo, hi). ``walk``: trace keys to
-    walk besides the per-minute candidates (:func:`walk_candidates`; none with ``with_candidates`` False)."""
+    walk besides the top requests (:func:`top_requests`; none with ``with_candidates`` False)."""
     conv = conventions
     margin = conv.trace_margin
     reads = Windows(lo, hi, lo - margin, lo)
@@ -317,8 +317,11 @@ def extract_range(
     llm_spans = first_of_each(fetch_llm_spans(store, reads, conv), "span_key")
     attempts = span_attempts(llm_spans)
     workflows = workflows_from_spans(llm_spans, only)
+    # Each request's threshold, once: the top requests are walked now and kept at the end.
+    marked = _thresholds(rows, conv.summary_walk_share)
+    thresholds = marked.select("trace_key", "_minute", "_threshold")
     chosen = (
-        top_requests(rows, conv.summary_walk_share)[0]["trace_key"]
+        marked.filter(pl.col("duration_ms") >= pl.col("_threshold"))["trace_key"]
         if with_candidates
         else empty({"trace_key": pl.UInt64})["trace_key"]
     )
@@ -378,7 +381,7 @@ def extract_range(
         .select(list(STORED_WORKFLOW_SPANS_SCHEMA))
         .cast(pl.Schema(STORED_WORKFLOW_SPANS_SCHEMA))
     )
-    top, minutes = top_requests(stored_requests, conv.summary_walk_share)
+    top, minutes = top_requests(stored_requests.join(thresholds, on="trace_key", how="left"))
     return RangeRows(
         lo=lo,
         hi=hi,
@@ -914,17 +917,14 @@ class SummaryInputs:
             list(FLAG_EVALUATIONS_SCHEMA)
         )
 
-    def release_samples(
-        self, source: str = "tops"
-    ) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
+    def release_samples(self) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
         """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
-        with the durations reduced to the ranks around their p99: from the per-minute counts and
-        top requests (``source`` "tops"), or from every request row in SQL ("rows") — or ``None``
-        where the request rows are needed (sampled data, overlapping windows)."""
-        by_key = self._release_entries_tops() if source == "tops" else self._release_entries_sql()
+        with the durations reduced to the ranks around their p99 (:meth:`_top_windows`) — or
+        ``None`` where the request rows are needed (sampled data, overlapping windows)."""
+        by_key = self._release_entries()
         return None if by_key is None else self._release_ordered(by_key)
 
-    def _release_entries_tops(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
+    def _release_entries(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
         if self._tops is None:
             return None
         stats = self._tops[0]
@@ -952,119 +952,6 @@ class SummaryInputs:
                 "sync_cur": sync_cur,
                 "first": first,
             }
-        # A version with few requests has few top requests: its durations are read whole.
-        short = [k for k, e in by_key.items() if not (_holds_tail(e["all"]) and _holds_tail(e["cur"]))]
-        if short:
-            for key, (all_ms, cur_ms) in self._whole_samples(short).items():
-                by_key[key] |= {"all": all_ms, "cur": cur_ms}
-        return by_key
-
-    def _whole_samples(
-        self, keys: list[tuple[str, str, str]]
-    ) -> dict[tuple[str, str, str], tuple[SortedWindow, SortedWindow]]:
-        """Every duration of these (service, operation, version), both windows and the current:
-        the whole summarised minutes' request rows, and the raw and partly covered minutes' rows
-        :attr:`_tops` holds."""
-        assert self._tops is not None
-        names = ["service", "operation", "version"]
-        wanted = pl.DataFrame(keys, schema=dict.fromkeys(names, pl.String), orient="row")
-        columns = [*names, "window", "duration_ms"]
-        parts = [self._tops[1].filter(pl.col("loose")).join(wanted, on=names, how="semi").select(columns)]
-        if self._whole:
-            where, params = _in_ranges(self._whole)
-            w = self.windows
-            label = "if(start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}, 'current', 'baseline')"
-            # The keys as one string each: names never hold the unit separator.
-            joined = "concat(service, char(31), operation, char(31), version)"
-            frame = self.store.query_polars(
-                f"SELECT service, operation, version, {label} AS window, duration_ms "
-                f"FROM {self.store.table(REQUESTS_TABLE)} "
-                f"WHERE {where} AND has({{keys:Array(String)}}, {joined})",
-                {**params, "s": w.start, "e": w.end, "keys": ["\x1f".join(k) for k in keys]},
-            )
-            parts.append(normalize(frame).select(columns).cast({c: pl.String for c in names}))
-        values = pl.concat([p.cast({"window": pl.String, "duration_ms": pl.Float64}) for p in parts])
-        found = {tuple(k): g for k, g in values.group_by(names)}
-        out: dict[tuple[str, str, str], tuple[SortedWindow, SortedWindow]] = {}
-        for key in keys:
-            group = found.get(key, values.clear())
-            current = group.filter(pl.col("window") == "current")
-            out[key] = (
-                SortedWindow.of(group["duration_ms"].to_numpy()),
-                SortedWindow.of(current["duration_ms"].to_numpy()),
-            )
-        return out
-
-    def _release_entries_sql(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
-        """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
-        with the durations reduced in SQL to the ranks around their p99 — or ``None`` where the
-        request rows are needed (sampled data, overlapping windows)."""
-        w = self.windows
-        prelude = self._sql_prelude()
-        if prelude is None:
-            return None
-        raw, where, params = prelude
-        # Ranks held either side of the p99: 12 standard deviations of its rank (a bootstrap draw
-        # beyond is a 1e-30 event, and then the rows are read after all) and the raw rows' count.
-        spread = "toInt64(ceil(12 * sqrt({n} * %r))) + 64 + {{extra:Int64}}" % (_Q * (1 - _Q))
-        k_all, k_cur = spread.format(n="n_all"), spread.format(n="n_cur")
-        sql = f"""
-SELECT service, operation, version, wmax, wmin, n_all, sync_all, n_cur, sync_cur, first_start,
-       greatest(0, toInt64(floor({_Q} * n_all)) - k_all) AS first_all,
-       arraySlice(arraySort(all_ms), first_all + 1, 2 * k_all + 1) AS all_ms,
-       greatest(0, toInt64(floor({_Q} * n_cur)) - k_cur) AS first_cur,
-       arraySlice(arraySort(cur_ms), first_cur + 1, 2 * k_cur + 1) AS cur_ms
-FROM (
-    SELECT service, operation, version, max(weight) AS wmax, min(weight) AS wmin,
-           toInt64(count()) AS n_all, toInt64(sum(sync_llm_calls)) AS sync_all,
-           toInt64(countIf(cur)) AS n_cur, toInt64(sumIf(sync_llm_calls, cur)) AS sync_cur,
-           min(start) AS first_start, groupArray(duration_ms) AS all_ms,
-           groupArrayIf(duration_ms, cur) AS cur_ms, {k_all} AS k_all, {k_cur} AS k_cur
-    FROM (
-        SELECT service, operation, version, weight, sync_llm_calls, start, duration_ms,
-               start >= {{s:DateTime64(9)}} AND start < {{e:DateTime64(9)}} AS cur
-        FROM {self.store.table(REQUESTS_TABLE)}
-        WHERE {where} AND (cur OR (start >= {{bs:DateTime64(9)}} AND start < {{be:DateTime64(9)}}))
-    )
-    GROUP BY service, operation, version
-)"""
-        bounds = {"s": w.start, "e": w.end, "bs": w.baseline_start, "be": w.baseline_end, "extra": raw.height}
-        stored = normalize(self.store.query_polars(sql, {**params, **bounds}))
-        if not stored.is_empty() and ((stored["wmax"] != 1.0).any() or (stored["wmin"] != 1.0).any()):
-            return None
-        keys = ["service", "operation", "version"]
-        by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for row in stored.iter_rows(named=True):
-            by_key[(row["service"], row["operation"], row["version"])] = {
-                "all": SortedWindow(
-                    np.asarray(row["all_ms"], dtype=np.float64), row["first_all"], row["n_all"]
-                ),
-                "cur": SortedWindow(
-                    np.asarray(row["cur_ms"], dtype=np.float64), row["first_cur"], row["n_cur"]
-                ),
-                "sync_all": row["sync_all"],
-                "sync_cur": row["sync_cur"],
-                "first": row["first_start"],
-            }
-        for (service, operation, version), group in raw.group_by(keys):
-            key = (str(service), str(operation), str(version))
-            cur = group.filter(pl.col("cur"))
-            entry = by_key.setdefault(
-                key,
-                {
-                    "all": SortedWindow.of(np.empty(0)),
-                    "cur": SortedWindow.of(np.empty(0)),
-                    "sync_all": 0,
-                    "sync_cur": 0,
-                    "first": None,
-                },
-            )
-            entry["all"] = entry["all"].with_values(group["duration_ms"].to_numpy())
-            entry["cur"] = entry["cur"].with_values(cur["duration_ms"].to_numpy())
-            entry["sync_all"] += int(group["sync_llm_calls"].sum())
-            entry["sync_cur"] += int(cur["sync_llm_calls"].sum())
-            first = group["start"].min()
-            entry["first"] = first if entry["first"] is None else min(entry["first"], first)
         return by_key
 
     def _release_ordered(
@@ -1213,7 +1100,9 @@ FROM (
 
     def _top_windows(self, group: list[str]) -> dict[tuple[Any, ...], tuple[SortedWindow, pl.DataFrame]]:
         """Per ``group`` of :attr:`_tops`: the durations from the group's floor up as a
-        :class:`SortedWindow` of all its requests, and those rows."""
+        :class:`SortedWindow` of all its requests, and those rows. A group with too few top
+        requests to hold the ranks a p99 and its bootstrap read (:func:`_holds_tail`) gets every
+        request row instead (:meth:`_every_row`)."""
         tops = self._tops
         assert tops is not None
         stats, rows = tops
@@ -1228,17 +1117,50 @@ FROM (
             part = parts.get(key, joined.clear())
             values = np.sort(part["duration_ms"].to_numpy())
             out[key] = (SortedWindow(values, row["n"] - values.size, row["n"]), part)
+        short = [key for key, (sample, _) in out.items() if not _holds_tail(sample)]
+        if short:
+            every = self._every_row(group, short)
+            found = {tuple(k): g for k, g in every.group_by(group)}
+            for key in short:
+                part = found.get(key, every.clear())
+                out[key] = (SortedWindow.of(part["duration_ms"].to_numpy()), part)
         return out
 
+    def _every_row(self, group: list[str], keys: list[tuple[Any, ...]]) -> pl.DataFrame:
+        """Every request row (:data:`_TOP_ROW_SCHEMA`) of these ``group`` keys: the whole
+        summarised minutes' rows from the request table, the raw and partly covered minutes'
+        from :attr:`_tops`."""
+        assert self._tops is not None
+        wanted = pl.DataFrame(keys, schema=dict.fromkeys(group, pl.String), orient="row")
+        parts = [self._tops[1].filter(pl.col("loose")).select(_TOP_ROW_COLUMNS)]
+        if self._whole:
+            where, params = _in_ranges(self._whole)
+            w = self.windows
+            label = "if(start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}, 'current', 'baseline')"
+            # The operations as one string each (names never hold the unit separator); the other
+            # key columns are matched below.
+            pairs = sorted({f"{k[group.index('service')]}\x1f{k[group.index('operation')]}" for k in keys})
+            frame = self.store.query_polars(
+                f"SELECT service, operation, version, {label} AS window, trace_key, start, duration_ms "
+                f"FROM {self.store.table(REQUESTS_TABLE)} "
+                f"WHERE {where} AND has({{pairs:Array(String)}}, concat(service, char(31), operation))",
+                {**params, "s": w.start, "e": w.end, "pairs": pairs},
+            )
+            parts.append(normalize(frame).select(_TOP_ROW_COLUMNS).cast(pl.Schema(_TOP_ROW_SCHEMA)))
+        return pl.concat(parts).join(wanted, on=group, how="semi")
+
     def window_tails(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-        """See :meth:`_window_tails`: from the per-minute counts and top requests where they hold
-        the ranks read, else from every request row in SQL."""
-        if self._tops is not None:
-            try:
-                return self._tails_from_tops(q, most)
-            except OutsideWindow:
-                pass
-        return self._window_tails(q, most)
+        """Per (service, operation, window): the requests and their ``q`` quantile (as
+        :func:`analytics.attribution.window_stats`), and the tail traces at or above it, the
+        slowest ``most`` (as :func:`analytics.attribution.tail_traces`) — from the per-minute
+        counts and top requests (:meth:`_top_windows`); ``None`` where the request rows are needed
+        (sampled data, overlapping windows, a quantile rank outside those read)."""
+        if self._tops is None:
+            return None
+        try:
+            return self._tails_from_tops(q, most)
+        except OutsideWindow:
+            return None
 
     def _tails_from_tops(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame]:
         group = ["service", "operation", "window"]
@@ -1261,101 +1183,6 @@ FROM (
             .select(columns)
         )
         return stats, tails
-
-    def _window_tails(self, q: float, most: int) -> tuple[pl.DataFrame, pl.DataFrame] | None:
-        """Per (service, operation, window): the requests and their ``q`` quantile (as
-        :func:`analytics.attribution.window_stats`), and the tail traces at or above it, the
-        slowest ``most`` (as :func:`analytics.attribution.tail_traces`) — from SQL, the ranks
-        around each quantile and the tail rows only; ``None`` where the request rows are needed
-        (sampled data, overlapping windows, a quantile rank outside those read)."""
-        w = self.windows
-        prelude = self._sql_prelude()
-        if prelude is None:
-            return None
-        raw, where, params = prelude
-        spread = "toInt64(ceil(12 * sqrt(n * %r))) + 64 + {extra:Int64}" % (q * (1 - q))
-        current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
-        baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
-        table = self.store.table(REQUESTS_TABLE)
-        sql = f"""
-SELECT service, operation, window, n, wmax, wmin, greatest(0, toInt64(floor({q!r} * n)) - k) AS first,
-       arraySlice(arraySort(ms), first + 1, 2 * k + 1) AS ms
-FROM (
-    SELECT service, operation, if({current}, 'current', 'baseline') AS window, toInt64(count()) AS n,
-           max(weight) AS wmax, min(weight) AS wmin, groupArray(duration_ms) AS ms, {spread} AS k
-    FROM {table}
-    WHERE {where} AND (({current}) OR ({baseline}))
-    GROUP BY service, operation, window
-)"""
-        bounds = {"s": w.start, "e": w.end, "bs": w.baseline_start, "be": w.baseline_end, "extra": raw.height}
-        stored = normalize(self.store.query_polars(sql, {**params, **bounds}))
-        if not stored.is_empty() and ((stored["wmax"] != 1.0).any() or (stored["wmin"] != 1.0).any()):
-            return None
-        samples: dict[tuple[str, str, str], SortedWindow] = {
-            (r["service"], r["operation"], r["window"]): SortedWindow(
-                np.asarray(r["ms"], dtype=np.float64), r["first"], r["n"]
-            )
-            for r in stored.iter_rows(named=True)
-        }
-        for (service, operation, window), group in raw.group_by("service", "operation", "window"):
-            key = (str(service), str(operation), str(window))
-            base = samples.get(key, SortedWindow.of(np.empty(0)))
-            samples[key] = base.with_values(group["duration_ms"].to_numpy())
-        try:
-            rows = [(*key, sample.size, polars_quantile(sample, q)) for key, sample in samples.items()]
-        except OutsideWindow:
-            return None
-        stats = pl.DataFrame(
-            rows, schema={**_KEY_SCHEMA, "window": pl.String, "n": pl.Int64, "p99": pl.Float64}, orient="row"
-        )
-        # The tail rows: each group's at or above its quantile, the slowest first (ties by trace).
-        conditions, tail_params = [], dict(params)
-        for i, (service, operation, window, _, p99) in enumerate(rows):
-            a, b = (w.start, w.end) if window == "current" else (w.baseline_start, w.baseline_end)
-            conditions.append(
-                f"(service = {{s{i}:String}} AND operation = {{o{i}:String}} "
-                f"AND start >= {{a{i}:DateTime64(9)}} AND start < {{b{i}:DateTime64(9)}} "
-                f"AND duration_ms >= {{t{i}:Float64}})"
-            )
-            tail_params |= {f"s{i}": service, f"o{i}": operation, f"a{i}": a, f"b{i}": b, f"t{i}": p99}
-        columns = ["service", "operation", "window", "trace_key", "duration_ms", "start"]
-        found = [empty(_TAIL_SCHEMA)]
-        if conditions:
-            tail_sql = (
-                f"SELECT service, operation, if({current}, 'current', 'baseline') AS window, trace_key, "
-                f"duration_ms, start FROM {table} WHERE {where} AND ({' OR '.join(conditions)}) "
-                "ORDER BY duration_ms DESC, trace_key LIMIT {most:UInt64} BY service, operation, window"
-            )
-            found.append(
-                normalize(self.store.query_polars(tail_sql, {**tail_params, **bounds, "most": most})).select(
-                    columns
-                )
-            )
-        found.append(
-            raw.join(stats, on=["service", "operation", "window"], how="inner")
-            .filter(pl.col("duration_ms") >= pl.col("p99"))
-            .select(columns)
-        )
-        tails = (
-            pl.concat([f.cast(pl.Schema(_TAIL_SCHEMA)) for f in found])
-            .sort(["duration_ms", "trace_key"], descending=[True, False])
-            .group_by("service", "operation", "window", maintain_order=True)
-            .head(most)
-            .select(columns)
-        )
-        return stats, tails
-
-    def _sql_prelude(self) -> tuple[pl.DataFrame, str, dict[str, Any]] | None:
-        """The raw requests and the summarised ranges' condition, for the readers that reduce the
-        request rows in SQL — ``None`` when they cannot (sampled data, overlapping windows)."""
-        w = self.windows
-        if w.baseline_end > w.start and w.baseline_start < w.end:
-            return None
-        raw = self._raw_requests()
-        if raw is None:
-            return None
-        where, params = _in_ranges(self.inside)
-        return raw, where, params
 
     def _raw_requests(self) -> pl.DataFrame | None:
         """The extracted (raw) requests of either window, labelled, or ``None`` when sampled."""
@@ -1387,8 +1214,8 @@ def _cast(frame: pl.DataFrame, schema: dict[str, Any]) -> pl.DataFrame:
 
 
 def _holds_tail(sample: SortedWindow) -> bool:
-    """Whether ``sample`` holds the ranks a release step reads: around its p99, 12 standard
-    deviations of the rank and more (as :meth:`SummaryInputs._release_entries_sql` reads)."""
+    """Whether ``sample`` holds the ranks a p99 and its bootstrap read: 12 standard deviations of
+    the rank below it, and more (a draw beyond is a 1e-30 event, and then the rows are read)."""
     n = sample.size
     if n == 0 or sample.complete:
         return True
