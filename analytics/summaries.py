@@ -816,11 +816,6 @@ class SummaryInputs:
         # The summarised span the window overlaps.
         self.covered = (covered[0][0], covered[-1][1]) if covered else None
 
-    @property
-    def raw(self) -> list[tuple[datetime, datetime]]:
-        """What was read from raw spans."""
-        return [(r.lo, r.hi) for r in self.extracted]
-
     def _both(
         self, table: str, columns: str, schema: dict[str, Any], part: Callable[[RangeRows], pl.DataFrame]
     ) -> pl.DataFrame:
