@@ -81,7 +81,8 @@ from analytics.releases import (
     fetch_release_times,
     release_coupling,
     release_steps,
-    releases,
+    served_versions,
+    step_reads,
 )
 from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
@@ -93,8 +94,7 @@ from analytics.retries import (
 )
 from analytics.rollups import coverage, long_window_hot_path
 from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
-from analytics.stats import OutsideWindow
-from analytics.summaries import SummaryInputs, summarised_inputs
+from analytics.summaries import SummaryInputs, step_requests, summarised_inputs
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
 from storage import Store, iso_z
 
@@ -262,6 +262,8 @@ class Analysis:
             "significant",
             "sync_llm_calls_per_request_before",
             "sync_llm_calls_per_request_after",
+            "step_start",
+            "step_end",
         ]
         hot = []
         for row in _records(self.hot_path, list(HOT_PATH_SCHEMA)):
@@ -558,7 +560,15 @@ def analyze(
             workflow_spans(trace_spans, baseline_workflows, baseline, conv)
         )
         amplification = with_baseline(amplification, baseline_amplification)
-        release_rows = releases(requests, release_times_f.result(), conv)
+        served = served_versions(requests, release_times_f.result())
+        stepped = step_requests(
+            store,
+            step_reads(served, conv, windows.end),
+            conv,
+            use_summaries=False,
+            known=([(windows.baseline_start, windows.baseline_end), (windows.start, windows.end)], requests),
+        )
+        release_rows = release_steps(served, stepped, conv, windows.end)
         # The counterfactual's union of call intervals while the walk runs; the walked tail traces'
         # critical paths refine it after.
         current = counterfactual(requests, sync_calls, None, conv)
@@ -743,18 +753,20 @@ class _FromSummaries:
 
     @cached_property
     def releases(self) -> pl.DataFrame:
-        # The durations' ranks around each p99, reduced in SQL; the request rows where they do not
-        # do (sampled data, overlapping windows, a bootstrap draw beyond the ranks read).
-        samples = self.inputs.release_samples()
-        if samples is not None:
-            try:
-                return release_steps(*samples, self.conv)
-            except OutsideWindow:
-                pass
-        requests = self.inputs.requests
-        first_requests = requests.group_by("service", "version").agg(pl.col("start").min())
+        # Each release's own step reads at most release_step_requests a side from the summaries
+        # (chosen in SQL), and the window's raw rows where they do not reach.
+        keys = self.inputs.served_versions()
+        first_requests = keys.group_by("service", "version").agg(pl.col("start").min())
         times = fetch_release_times(self.store, first_requests, self.windows, self.conv, self.inputs.covered)
-        return releases(requests, times, self.conv)
+        served = served_versions(keys, times)
+        stepped = step_requests(
+            self.store,
+            step_reads(served, self.conv, self.windows.end),
+            self.conv,
+            known=self.inputs.extracted_requests(),
+            shared=self.inputs.shared,
+        )
+        return release_steps(served, stepped, self.conv, self.windows.end)
 
     @cached_property
     def release_coupling(self) -> pl.DataFrame:

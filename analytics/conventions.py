@@ -144,6 +144,11 @@ class Conventions:
     coupling_min_slope_ms: float = 50.0
     # A version's release time is its first span; look this far back before the window for it.
     release_lookback: timedelta = timedelta(days=30)
+    # A release's own step is measured right after it, not over the version's whole life: its
+    # first ``release_step_requests`` requests or ``release_step_window``, whichever comes first,
+    # against the requests of the same length of time just before it (at most as many).
+    release_step_window: timedelta = timedelta(hours=1)
+    release_step_requests: int = 1000
 
     # --- cold path -----------------------------------------------------------------------
     starvation_ratio: float = 20.0
@@ -228,6 +233,7 @@ class Conventions:
         object.__setattr__(self, "latency_budgets", _budgets(self.latency_budgets))
         _positive = (
             "min_release_requests",
+            "release_step_requests",
             "bootstrap_samples",
             "starvation_ratio",
             "cdf_points",

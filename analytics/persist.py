@@ -139,7 +139,17 @@ def _baselines(ctx: DDLContext) -> list[str]:
     return statements
 
 
-# Versions 1-3 and 7-10 of the analytics component (analytics.schema holds the others).
+def _release_steps(ctx: DDLContext) -> list[str]:
+    # Tables made before a release's step was measured right after it: what it was measured over.
+    # Old rows read these as null.
+    schema = FRAME_SCHEMAS["releases"]
+    adds = ", ".join(
+        f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(schema[c])}" for c in ("step_start", "step_end")
+    )
+    return [f"ALTER TABLE {ctx.name(history_table('releases'))}{ctx.on_cluster} {adds}"]
+
+
+# Versions 1-3, 7-10 and 13 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
@@ -148,6 +158,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(8, "tailwatch_analysis_retry_amplification exemplar", _retry_exemplar),
     migration(9, "tailwatch_analysis_hot_path sample size", _hot_path_sample),
     migration(10, "tailwatch_analysis_cold_path and _retry_amplification baselines", _baselines),
+    migration(13, "tailwatch_analysis_releases step window", _release_steps),
 )
 register_migrations(MIGRATIONS)
 

@@ -5,10 +5,15 @@ span seen with it for that service (SQL below). The rollup job (:func:`analytics
 records first-seen times as it goes in ``tailwatch_release_times``; an analysis reads those for the
 minutes the job covered and scans raw spans of the look-back only where it did not, so a scheduled
 analysis does not rescan 30 days of spans every few minutes, and release times outlive the raw
-spans' TTL. Requests are attributed to the version that served
-them, so canaries and rollbacks compare like with like: a release's *before* is the previous
-version's requests (in the baseline or current window), its *after* is its own in the current
-window.
+spans' TTL.
+
+A release's step is its own, measured right where it happened and not over the version's whole
+life (a provider slowing down three minutes after a release is a regression of its own, not the
+release's): *after* is the version's first ``release_step_requests`` requests of an operation, within
+``release_step_window`` of its release time; *before* is the same operation's requests in the same
+length of time just before the release (at most as many). Requests are attributed to the version
+that served them, so a canary is compared like with like. The step is the same in every analysis
+whose window ends after it; one ending sooner sees the part of it known by then.
 
 A step is ``significant`` only when both hold:
 
@@ -24,7 +29,7 @@ at least one significant upward step: p99 climbs with the release cadence.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 import numpy as np
@@ -36,12 +41,14 @@ from analytics.conventions import VERSION, Conventions
 from analytics.schema import RELEASE_TIMES_TABLE
 from analytics.stats import SortedWindow, bootstrap_quantile_delta, percentile, slope, spearman
 from collectors import TRACES_TABLE, inspect_traces
-from storage import Store, StoreError
+from storage import Store, StoreError, as_utc
 
 __all__ = [
     "RELEASES_SCHEMA",
     "RELEASE_COUPLING_SCHEMA",
     "RELEASE_TIMES_SCHEMA",
+    "SERVED_SCHEMA",
+    "STEP_REQUESTS_SCHEMA",
     "fetch_release_times",
     "first_seen_before_sql",
     "first_seen_sql",
@@ -50,7 +57,8 @@ __all__ = [
     "release_coupling",
     "release_steps",
     "release_times_sql",
-    "releases",
+    "served_versions",
+    "step_reads",
 ]
 
 RELEASE_TIMES_SCHEMA: dict[str, Any] = {
@@ -74,6 +82,10 @@ RELEASES_SCHEMA: dict[str, Any] = {
     "sync_llm_calls_per_request_after": pl.Float64,
     "p99_delta_ci_low_ms": pl.Float64,
     "p99_delta_ci_high_ms": pl.Float64,
+    # What the step was measured over: before = [step_start, released_at), after =
+    # [released_at, step_end).
+    "step_start": pl.Datetime("us", "UTC"),
+    "step_end": pl.Datetime("us", "UTC"),
 }
 
 RELEASE_COUPLING_SCHEMA: dict[str, Any] = {
@@ -289,113 +301,138 @@ def p99_step_significance(
     return (practical and statistical, low, high)
 
 
-def _windows_overlap(requests: pl.DataFrame) -> bool:
-    """Whether a request can appear in both windows: only when a baseline request starts at or
-    after the first current one (both rows of a request carry the same start)."""
-    starts = requests.group_by("window").agg(
-        pl.col("start").min().alias("lo"), pl.col("start").max().alias("hi")
-    )
-    bounds = {row["window"]: (row["lo"], row["hi"]) for row in starts.iter_rows(named=True)}
-    if "baseline" not in bounds or "current" not in bounds:
-        return False
-    return bool(bounds["baseline"][1] >= bounds["current"][0])
+STEP_REQUESTS_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "start": pl.Datetime("ns", "UTC"),
+    "duration_ms": pl.Float64,
+    "sync_llm_calls": pl.Int64,
+}
+
+SERVED_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "version": pl.String,
+    "released_at": pl.Datetime("ns", "UTC"),
+}
 
 
-def releases(requests: pl.DataFrame, release_times: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
-    """One row per (service, operation, version) served in the current window. Pure."""
+def served_versions(requests: pl.DataFrame, release_times: pl.DataFrame) -> pl.DataFrame:
+    """One row per (service, operation, version) served in the current window of ``requests``
+    (``service``, ``operation``, ``version``, ``start``, ``window``), with its release time: the
+    version's first span (``release_times``), else its first request here. Pure."""
     if requests.is_empty():
-        return empty(RELEASES_SCHEMA)
-    slim = requests.select(
-        "trace_key", "service", "operation", "version", "start", "window", "duration_ms", "sync_llm_calls"
+        return empty(SERVED_SCHEMA)
+    keys = requests.select(
+        pl.col("service", "operation", "version").cast(pl.String),
+        pl.col("start").cast(pl.Datetime("ns", "UTC")),
+        pl.col("window").cast(pl.String),
     )
-    # A release's "before" side is every request of the previous version, in either window; a
-    # request seen in both (overlapping windows) counts once there. With disjoint windows every
-    # request appears once and nothing needs deduplicating.
-    either = slim.unique(subset=["trace_key"], keep="first") if _windows_overlap(slim) else slim
-    keys = ["service", "operation", "version"]
-    # One aggregation per (service, operation, version): the per-version loop below only touches
-    # these few rows and their duration lists.
-    per_version = (
-        either.group_by(keys)
-        .agg(
-            pl.col("duration_ms").alias("all_ms"),
-            pl.col("sync_llm_calls").mean().alias("all_sync"),
-        )
-        .join(
-            slim.filter(pl.col("window") == "current")
-            .group_by(keys)
-            .agg(
-                pl.col("duration_ms").alias("current_ms"),
-                pl.col("sync_llm_calls").mean().alias("current_sync"),
-            ),
-            on=keys,
-            how="left",
-        )
+    first = keys.group_by("service", "version").agg(pl.col("start").min())
+    released = first.join(
+        release_times.select(pl.col("service", "version").cast(pl.String), "released_at"),
+        on=["service", "version"],
+        how="left",
+    ).select(
+        "service",
+        "version",
+        pl.coalesce(pl.col("released_at"), pl.col("start"))
+        .cast(pl.Datetime("ns", "UTC"))
+        .alias("released_at"),
     )
-    # Release time per (service, version): its first span, else its first request here.
-    released_at = (
-        slim.group_by("service", "version")
-        .agg(pl.col("start").min())
-        .join(
-            release_times.cast({"service": slim.schema["service"], "version": slim.schema["version"]}),
-            on=["service", "version"],
-            how="left",
-        )
-        .select(
-            "service", "version", pl.coalesce(pl.col("released_at"), pl.col("start")).alias("released_at")
-        )
+    return (
+        keys.filter(pl.col("window") == "current")
+        .select("service", "operation", "version")
+        .unique()
+        .join(released, on=["service", "version"], how="left")
+        .sort("service", "operation", "released_at", "version")
+        .select(list(SERVED_SCHEMA))
     )
-    ordered = per_version.join(released_at, on=["service", "version"], how="left").sort(
-        "service", "operation", "released_at", "version"
+
+
+def step_reads(served: pl.DataFrame, conventions: Conventions, end: datetime) -> pl.DataFrame:
+    """Per (service, version) of ``served``: the release time and what a step reads around it —
+    ``lo`` = ``release_step_window`` before it, ``hi`` = as long after it but not past ``end`` (a
+    step is what was known at the end of the window analysed). Pure."""
+    window = conventions.release_step_window
+    return (
+        served.select("service", "version", "released_at")
+        .unique(["service", "version"])
+        .with_columns(
+            (pl.col("released_at") - window).alias("lo"),
+            pl.min_horizontal(
+                pl.col("released_at") + window, pl.lit(as_utc(end)).cast(pl.Datetime("ns", "UTC"))
+            ).alias("hi"),
+        )
+        .sort("service", "version")
     )
-    # Scalars as Python rows, durations as numpy arrays straight from the list columns.
-    all_ms = [SortedWindow.of(ms.to_numpy()) for ms in ordered["all_ms"]]
-    current_ms = [None if ms is None else SortedWindow.of(ms.to_numpy()) for ms in ordered["current_ms"]]
-    return release_steps(ordered.drop("all_ms", "current_ms"), all_ms, current_ms, conventions)
 
 
 def release_steps(
-    ordered: pl.DataFrame,
-    all_ms: list[SortedWindow],
-    current_ms: list[SortedWindow | None],
-    conventions: Conventions,
+    served: pl.DataFrame, step_requests: pl.DataFrame, conventions: Conventions, end: datetime
 ) -> pl.DataFrame:
-    """The release rows from one row per (service, operation, version) sorted by release time
-    (``service``, ``operation``, ``version``, ``released_at``, ``all_sync``, ``current_sync``) and,
-    per row, its durations in either window and in the current one (``None``: not served there).
-    The durations may be the ranks around the p99 only (:class:`analytics.stats.SortedWindow`);
-    :class:`analytics.stats.OutsideWindow` when a rank read is not among them. Pure."""
-    scalars = ordered.to_dicts()
-    rows: list[dict[str, Any]] = []
-    for i, row in enumerate(scalars):
-        after = current_ms[i]
-        if after is None:
-            continue  # not served in the current window: only a "previous" for the next version
-        previous = scalars[i - 1] if i > 0 else None
-        if previous is not None and (previous["service"], previous["operation"]) != (
-            row["service"],
-            row["operation"],
-        ):
-            previous = None
-        before = all_ms[i - 1] if previous is not None else SortedWindow.of(np.empty(0))
-        rows.append(_release_step(row, after, previous, before, conventions))
-    if not rows:
+    """The release rows: per (service, operation, version) of ``served`` (:func:`served_versions`),
+    the release's own step, from ``step_requests`` (:data:`STEP_REQUESTS_SCHEMA`: at least the
+    requests :func:`step_reads` names; more are ignored).
+
+    *After* is the version's first ``release_step_requests`` requests of the operation from its
+    release time on, within ``release_step_window`` and not past ``end``; *before* is the requests of
+    the operation that started in the same length of time just before the release (any other
+    version), the last ``release_step_requests`` of them. A later change on the same version is not
+    part of its release's step: it is a regression of its own. Pure."""
+    if served.is_empty():
         return empty(RELEASES_SCHEMA)
-    frame = pl.DataFrame(rows, schema={**RELEASES_SCHEMA, "released_at": pl.Datetime("ns", "UTC")})
-    return frame.with_columns(pl.col("released_at").dt.cast_time_unit("us")).sort(
+    n = conventions.release_step_requests
+    window = conventions.release_step_window
+    by_operation = {
+        (str(k[0]), str(k[1])): g.sort("start")
+        for k, g in step_requests.cast(pl.Schema(STEP_REQUESTS_SCHEMA)).group_by("service", "operation")
+    }
+    nothing = empty(STEP_REQUESTS_SCHEMA)
+    rows: list[dict[str, Any]] = []
+    for row in served.sort("service", "operation", "released_at", "version").iter_rows(named=True):
+        released = row["released_at"]
+        hi = min(released + window, as_utc(end))
+        requests = by_operation.get((row["service"], row["operation"]), nothing)
+        after = requests.filter(
+            (pl.col("version") == row["version"]) & (pl.col("start") >= released) & (pl.col("start") < hi)
+        ).head(n)
+        # The after side ends at its n-th request, or at the window's end: the before side is as long.
+        step_end = after["start"][-1] + timedelta(microseconds=1) if after.height == n else hi
+        span = step_end - released
+        before = requests.filter(
+            (pl.col("version") != row["version"])
+            & (pl.col("start") >= released - span)
+            & (pl.col("start") < released)
+        ).tail(n)
+        rows.append(_release_step(row, before, after, released - span, step_end, conventions))
+    frame = pl.DataFrame(
+        rows,
+        schema={
+            **RELEASES_SCHEMA,
+            "released_at": pl.Datetime("ns", "UTC"),
+            "step_start": pl.Datetime("ns", "UTC"),
+            "step_end": pl.Datetime("ns", "UTC"),
+        },
+    )
+    return frame.with_columns(pl.col("released_at", "step_start", "step_end").dt.cast_time_unit("us")).sort(
         "service", "operation", "released_at"
     )
 
 
 def _release_step(
     row: dict[str, Any],
-    after_ms: SortedWindow,
-    previous: dict[str, Any] | None,
-    before_ms: SortedWindow,
+    before: pl.DataFrame,
+    after: pl.DataFrame,
+    step_start: datetime,
+    step_end: datetime,
     conventions: Conventions,
 ) -> dict[str, Any]:
-    """The step into ``row``'s version (``after_ms``: its current-window durations) from
-    ``previous``, the version released before it (``before_ms``: all its durations)."""
+    """The step into ``row``'s version from the requests just ``before`` its release to its first
+    requests ``after`` it."""
+    before_ms = SortedWindow.of(before["duration_ms"].to_numpy())
+    after_ms = SortedWindow.of(after["duration_ms"].to_numpy())
     p99_after = percentile(after_ms, 0.99)
     p99_before = percentile(before_ms, 0.99)
     delta = None if p99_after is None or p99_before is None else p99_after - p99_before
@@ -409,16 +446,18 @@ def _release_step(
         "operation": row["operation"],
         "version": row["version"],
         "released_at": row["released_at"],
-        "requests_before": int(before_ms.size),
-        "requests_after": int(after_ms.size),
+        "requests_before": before.height,
+        "requests_after": after.height,
         "p99_before_ms": p99_before,
         "p99_after_ms": p99_after,
         "p99_delta_ms": delta,
         "significant": significant,
-        "sync_llm_calls_per_request_before": previous["all_sync"] if previous else None,
-        "sync_llm_calls_per_request_after": row["current_sync"],
+        "sync_llm_calls_per_request_before": before["sync_llm_calls"].mean() if before.height else None,
+        "sync_llm_calls_per_request_after": after["sync_llm_calls"].mean() if after.height else None,
         "p99_delta_ci_low_ms": low,
         "p99_delta_ci_high_ms": high,
+        "step_start": step_start,
+        "step_end": step_end,
     }
 
 

@@ -35,7 +35,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any, cast
@@ -53,7 +53,7 @@ from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_
 from analytics.hot_path import latency_good_total as raw_good_total
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
-from analytics.releases import fetch_release_times, record_release_times
+from analytics.releases import STEP_REQUESTS_SCHEMA, record_release_times
 from analytics.retries import WORKFLOW_SPANS_SCHEMA, workflow_spans, workflows_from_spans
 from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
@@ -81,13 +81,14 @@ __all__ = [
     "build_summaries",
     "extract_range",
     "latency_good_total",
+    "step_requests",
     "summarised_inputs",
     "summary_coverage",
     "summary_settle",
 ]
 
 _MINUTE = timedelta(minutes=1)
-_Q = 0.99  # the quantile of a release step
+_Q = 0.99  # the quantile whose ranks (and bootstrap draws) the top requests must hold
 _KEY_SCHEMA: dict[str, Any] = {"service": pl.String, "operation": pl.String}
 _TOP_ROW_SCHEMA: dict[str, Any] = {
     **_KEY_SCHEMA,
@@ -114,14 +115,6 @@ _TAIL_SCHEMA: dict[str, Any] = {
     "trace_key": pl.UInt64,
     "duration_ms": pl.Float64,
     "start": pl.Datetime("ns", "UTC"),
-}
-_ORDERED_SCHEMA: dict[str, Any] = {
-    "service": pl.String,
-    "operation": pl.String,
-    "version": pl.String,
-    "released_at": pl.Datetime("ns", "UTC"),
-    "all_sync": pl.Float64,
-    "current_sync": pl.Float64,
 }
 # Repeated strings arrive as Arrow dictionaries (Polars categoricals): a fraction of the bytes.
 _DICTIONARIES = "SETTINGS output_format_arrow_low_cardinality_as_dictionary = 1"
@@ -303,11 +296,13 @@ def extract_range(
     *,
     walk: pl.Series | None = None,
     with_candidates: bool = True,
+    requests_only: bool = False,
 ) -> RangeRows:
     """The spans of [lo, hi) reduced as :func:`analytics.analyze` reduces a window's: the reads see
     the trace margin on both sides (a request's calls after ``hi``, the roots before ``lo`` that make
     a call synchronous), the rows kept are those that start in [lo, hi). ``walk``: trace keys to
-    walk besides the top requests (:func:`top_requests`; none with ``with_candidates`` False)."""
+    walk besides the top requests (:func:`top_requests`; none with ``with_candidates`` False).
+    ``requests_only``: only the request rows (with their synchronous LLM calls), the rest empty."""
     conv = conventions
     margin = conv.trace_margin
     reads = Windows(lo, hi, lo - margin, lo)
@@ -317,6 +312,8 @@ def extract_range(
     llm_spans = first_of_each(fetch_llm_spans(store, reads, conv), "span_key")
     attempts = span_attempts(llm_spans)
     workflows = workflows_from_spans(llm_spans, only)
+    if requests_only:
+        workflows, with_candidates = workflows.clear(), False
     # Each request's threshold, once: the top requests are walked now and kept at the end.
     marked = _thresholds(rows, conv.summary_walk_share)
     thresholds = marked.select("trace_key", "_minute", "_threshold")
@@ -347,6 +344,8 @@ def extract_range(
         .select(list(STORED_REQUESTS_SCHEMA))
         .cast(pl.Schema(STORED_REQUESTS_SCHEMA))
     )
+    if requests_only:
+        return replace(RangeRows.empty(lo, hi), requests=stored_requests)
     start = pl.col("start_ns")
     lo_ns, hi_ns = pl.lit(lo).dt.epoch("ns"), pl.lit(hi).dt.epoch("ns")
     calls = (
@@ -808,8 +807,10 @@ class SummaryInputs:
         inside: list[tuple[datetime, datetime]],
         extracted: list[RangeRows],
         covered: list[tuple[datetime, datetime]],
+        shared: dict[Any, Any] | None = None,
     ) -> None:
         self.store, self.windows, self.conv = store, windows, conventions
+        self.shared = shared  # what the caller's other analyses of this moment reuse
         self.inside = inside  # the summarised parts of what the window reads
         self.extracted = extracted  # the rest, reduced from raw spans now
         self.ranges = covered  # the summarised ranges the window overlaps
@@ -912,86 +913,24 @@ class SummaryInputs:
             list(FLAG_EVALUATIONS_SCHEMA)
         )
 
-    def release_samples(self) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]] | None:
-        """What :func:`analytics.releases.release_steps` reads, per (service, operation, version),
-        with the durations reduced to the ranks around their p99 (:meth:`_top_windows`) — or
-        ``None`` where the request rows are needed (sampled data, overlapping windows)."""
-        by_key = self._release_entries()
-        return None if by_key is None else self._release_ordered(by_key)
-
-    def _release_entries(self) -> dict[tuple[str, str, str], dict[str, Any]] | None:
-        if self._tops is None:
+    def extracted_requests(self) -> tuple[list[tuple[datetime, datetime]], pl.DataFrame] | None:
+        """The request rows reduced from raw spans for this window, and the ranges they cover."""
+        if not self.extracted:
             return None
-        stats = self._tops[0]
-        keys = ["service", "operation", "version"]
-        both = self._top_windows(keys)
-        current = self._top_windows([*keys, "window"])
-        sums = {
-            tuple(r[:3]): r[3:]
-            for r in stats.group_by(keys)
-            .agg(
-                pl.col("sync").sum(),
-                pl.col("sync").filter(pl.col("window") == "current").sum().alias("sync_cur"),
-                pl.col("first_start").min(),
-            )
-            .iter_rows()
-        }
-        by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
-        for key, (sample, _) in both.items():
-            cur = current.get((*key, "current"))
-            sync_all, sync_cur, first = sums[key]
-            by_key[key] = {
-                "all": sample,
-                "cur": cur[0] if cur is not None else SortedWindow.of(np.empty(0)),
-                "sync_all": sync_all,
-                "sync_cur": sync_cur,
-                "first": first,
-            }
-        return by_key
-
-    def _release_ordered(
-        self, by_key: dict[tuple[str, str, str], dict[str, Any]]
-    ) -> tuple[pl.DataFrame, list[SortedWindow], list[SortedWindow | None]]:
-        w = self.windows
-        if not by_key:
-            return empty(_ORDERED_SCHEMA), [], []
-        frame = pl.DataFrame(
-            [
-                {
-                    "service": k[0],
-                    "operation": k[1],
-                    "version": k[2],
-                    "start": v["first"],
-                    "all_sync": v["sync_all"] / v["all"].size,
-                    "current_sync": v["sync_cur"] / v["cur"].size if v["cur"].size else None,
-                    "_i": i,
-                }
-                for i, (k, v) in enumerate(by_key.items())
-            ],
-            schema={
-                **{k: v for k, v in _ORDERED_SCHEMA.items() if k != "released_at"},
-                "start": pl.Datetime("ns", "UTC"),
-                "_i": pl.Int64,
-            },
-        )
-        first_requests = frame.group_by("service", "version").agg(pl.col("start").min())
-        times = fetch_release_times(self.store, first_requests, w, self.conv, self.covered)
-        released_at = first_requests.join(times, on=["service", "version"], how="left").select(
-            "service", "version", pl.coalesce(pl.col("released_at"), pl.col("start")).alias("released_at")
-        )
-        ordered = (
-            frame.drop("start")
-            .join(released_at, on=["service", "version"], how="left")
-            .sort("service", "operation", "released_at", "version")
-            .select(*_ORDERED_SCHEMA, "_i")
-        )
-        entries = list(by_key.values())
-        index = ordered["_i"].to_list()
         return (
-            ordered.drop("_i"),
-            [entries[i]["all"] for i in index],
-            [entries[i]["cur"] if entries[i]["cur"].size else None for i in index],
+            [(r.lo, r.hi) for r in self.extracted],
+            pl.concat([_cast(r.requests, STORED_REQUESTS_SCHEMA) for r in self.extracted]),
         )
+
+    def served_versions(self) -> pl.DataFrame:
+        """Per (service, operation, version, window): its first request (``start``) — from the
+        per-minute counts where :attr:`_tops` has them, else from the request rows; the keys
+        :func:`analytics.releases.served_versions` reads."""
+        if self._tops is not None:
+            return self._tops[0].select(
+                "service", "operation", "version", pl.col("first_start").alias("start"), "window"
+            )
+        return self.requests.select("service", "operation", "version", "start", "window")
 
     @cached_property
     def _tops(self) -> tuple[pl.DataFrame, pl.DataFrame] | None:
@@ -1253,7 +1192,107 @@ def summarised_inputs(
         return cast(RangeRows | None, cache[("raw", a, b)])
 
     extracted = [r for r in (reduced(a, b) for a, b in outside) if r is not None]
-    return SummaryInputs(store, windows, conv, inside, extracted, covered)
+    return SummaryInputs(store, windows, conv, inside, extracted, covered, cache)
+
+
+# A request row as a release step reads it, and a key to drop the copies of a request read twice.
+_STEP_ROW_SCHEMA: dict[str, Any] = {**STEP_REQUESTS_SCHEMA, "trace_key": pl.UInt64}
+_STEP_COLUMNS = (
+    "service, operation, version, start, duration_ms, toInt64(sync_llm_calls) AS sync_llm_calls, trace_key"
+)
+
+
+def step_requests(
+    store: Store,
+    reads: pl.DataFrame,
+    conventions: Conventions,
+    *,
+    use_summaries: bool = True,
+    known: tuple[list[tuple[datetime, datetime]], pl.DataFrame] | None = None,
+    shared: dict[Any, Any] | None = None,
+) -> pl.DataFrame:
+    """The request rows the release steps read (:func:`analytics.releases.step_reads`: per release,
+    its service, version, time and ``lo``/``hi``): the version's requests after its release and the
+    others' before it (:data:`analytics.releases.STEP_REQUESTS_SCHEMA`).
+
+    Where the summaries reach, SQL keeps the first ``release_step_requests`` a side and operation
+    (the last, before the release); elsewhere ``known``, request rows the caller has already
+    reduced and the ranges they hold every request of (a window's), else the raw spans reduced
+    now (once per range, kept in ``shared``). :func:`analytics.releases.release_steps` picks the
+    same rows from the union, so the step does not depend on which part came from where."""
+    conv = conventions
+    if reads.is_empty():
+        return empty(STEP_REQUESTS_SCHEMA)
+    releases = reads.rows(named=True)
+    lo, hi = min(r["lo"] for r in releases), max(r["hi"] for r in releases)
+    covered = summary_coverage(store, lo, hi) if use_summaries else []
+    # Each release's two sides: (service, version, side, from, until).
+    sides = [
+        (r["service"], r["version"], side, a, b)
+        for r in releases
+        for side, a, b in (("before", r["lo"], r["released_at"]), ("after", r["released_at"], r["hi"]))
+        if a < b
+    ]
+    frames: list[pl.DataFrame] = []
+    selects: list[str] = []
+    params: dict[str, Any] = {"n": conv.release_step_requests}
+    loose: list[tuple[int, tuple[datetime, datetime]]] = []
+    for i, (service, version, side, a, b) in enumerate(sides):
+        inside, outside = _split([(a, b)], covered)
+        loose += [(i, piece) for piece in outside]
+        if not inside:
+            continue
+        ranges = " OR ".join(
+            f"(start >= {{a{i}_{j}:DateTime64(9)}} AND start < {{b{i}_{j}:DateTime64(9)}})"
+            for j in range(len(inside))
+        )
+        for j, (x, y) in enumerate(inside):
+            params |= {f"a{i}_{j}": x, f"b{i}_{j}": y}
+        params |= {f"s{i}": service, f"v{i}": version}
+        which = "=" if side == "after" else "!="
+        order = "start" if side == "after" else "start DESC"
+        selects.append(
+            f"SELECT * FROM (SELECT {_STEP_COLUMNS} FROM {store.table(REQUESTS_TABLE)} "
+            f"WHERE service = {{s{i}:String}} AND version {which} {{v{i}:String}} AND ({ranges}) "
+            f"ORDER BY operation, {order} LIMIT {{n:UInt64}} BY operation)"
+        )
+    if selects:
+        frames.append(store.query_polars("\nUNION ALL\n".join(selects), params))
+    if loose:
+        # What the summaries do not hold: rows the caller has, else raw spans reduced once a range.
+        have: list[tuple[datetime, datetime, pl.DataFrame]] = []
+        if known is not None:
+            rows = first_of_each(_cast(known[1], _STEP_ROW_SCHEMA), "trace_key")
+            have = [(a, b, rows) for a, b in _merge_ranges(known[0])]
+        rest = [(i, part) for i, piece in loose for part in _split([piece], [(a, b) for a, b, _ in have])[1]]
+        cache: dict[Any, Any] = {} if shared is None else shared
+        extracted = []
+        for a, b in _merge_ranges([piece for _, piece in rest]):
+            if ("steps", a, b) not in cache:
+                cache[("steps", a, b)] = (
+                    extract_range(store, a, b, conv, requests_only=True).requests
+                    if _has_spans(store, a, b)
+                    else empty(STORED_REQUESTS_SCHEMA)
+                )
+            extracted.append((a, b, _cast(cache[("steps", a, b)], _STEP_ROW_SCHEMA)))
+        for i, (a, b) in loose:
+            service, version, side, _, _ = sides[i]
+            same = pl.col("version") == version
+            for x, y, rows in [*have, *extracted]:
+                if y <= a or x >= b:
+                    continue
+                frames.append(
+                    rows.filter(
+                        (pl.col("service") == service)
+                        & (same if side == "after" else ~same)
+                        & (pl.col("start") >= max(a, x))
+                        & (pl.col("start") < min(b, y))
+                    )
+                )
+    if not frames:
+        return empty(STEP_REQUESTS_SCHEMA)
+    rows = pl.concat([_cast(normalize(f), _STEP_ROW_SCHEMA) for f in frames])
+    return first_of_each(rows, "trace_key").select(list(STEP_REQUESTS_SCHEMA))
 
 
 _WALK_COLUMNS = (

@@ -90,7 +90,10 @@ def test_root_marked_hot_counts_as_request(store: Store) -> None:
 def test_release_adding_sync_llm_call_is_significant_and_coupled(store: Store) -> None:
     scenario = scenario_release_coupling()
     insert_spans(store, scenario.spans)
-    analysis = analyze(store, scenario.start, scenario.end)
+    # A hundred requests an hour: each step is measured over the six hours a version serves (the
+    # default hour would hold a hundred requests a side, too few for a p99 step to be significant).
+    conventions = Conventions(release_step_window=timedelta(hours=6))
+    analysis = analyze(store, scenario.start, scenario.end, conventions=conventions)
     rel = analysis.releases.filter(pl.col("service") == "chat-api").sort("released_at")
     assert rel["version"].to_list() == ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
     by_version = {r["version"]: r for r in rel.iter_rows(named=True)}
@@ -105,6 +108,56 @@ def test_release_adding_sync_llm_call_is_significant_and_coupled(store: Store) -
     coupling = _row(analysis.release_coupling, service="chat-api")
     assert coupling["releases"] == 4 and coupling["coupled"] is True
     assert coupling["spearman_rho"] > 0.5 and coupling["p99_slope_ms_per_release"] > 100
+
+
+def test_a_release_step_is_its_own_not_what_happens_later_on_its_version(store: Store) -> None:
+    """Release 1.1.0 adds 100 ms at t=600 s; the model slows every request by 600 ms at t=800 s, on
+    the same version. The step is measured over the first requests of 1.1.0 (1000 at 10 per second:
+    100 s) against as long before it, so it stays about +100 ms in every window that holds it, and
+    the whole-life p99 of 1.1.0 (which holds the slowdown) is not what it reports."""
+    rng = np.random.default_rng(11)
+    spans: list[SpanRow] = []
+    for i in range(12_000):  # 10 requests a second for 20 minutes
+        t = i / 10
+        ms = float(rng.lognormal(5.3, 0.3))
+        version = "1.0.0" if t < 600 else "1.1.0"
+        ms += (100.0 if t >= 600 else 0.0) + (600.0 if t >= 800 else 0.0)
+        spans += hot_request("api", "POST /chat", at(t), ms, version=version)
+    insert_spans(store, spans)
+    released = dt(at(600))
+    steps = []
+    for end in (700, 900, 1200):
+        analysis = analyze(store, dt(at(end - 300)), dt(at(end)))
+        (step,) = analysis.releases.filter(pl.col("version") == "1.1.0").iter_rows(named=True)
+        steps.append(step)
+        assert step["released_at"] == released
+        # 1000 requests after it, and those of as long before it (99.9 s: one fewer at 10 a second).
+        assert (step["requests_after"], step["requests_before"]) == (1000, 999)
+        assert step["step_end"] == dt(at(699.9)) + timedelta(microseconds=1)
+        assert step["step_start"] == released - (step["step_end"] - released)
+        assert 50.0 < step["p99_delta_ms"] < 150.0, step
+        assert step["p99_after_ms"] < 700.0
+    assert len({s["p99_delta_ms"] for s in steps}) == 1  # the same step, whichever window holds it
+    # The version's whole life in the last window is far slower than its step says.
+    whole = analyze(store, dt(at(900)), dt(at(1200))).hot_path.filter(pl.col("operation") == "POST /chat")
+    assert whole["p99_ms"][0] > 1000.0
+
+
+def test_a_release_step_known_so_far_ends_with_the_window(store: Store) -> None:
+    """A window ending 30 s after a release holds 300 of its requests: the step is measured on them
+    and on the 30 s before, and says where it ends."""
+    rng = np.random.default_rng(12)
+    spans: list[SpanRow] = []
+    for i in range(9_000):
+        t = i / 10
+        version = "1.0.0" if t < 600 else "1.1.0"
+        ms = float(rng.lognormal(5.3, 0.3)) + (100.0 if t >= 600 else 0.0)
+        spans += hot_request("api", "POST /chat", at(t), ms, version=version)
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(330)), dt(at(630)))
+    (step,) = analysis.releases.filter(pl.col("version") == "1.1.0").iter_rows(named=True)
+    assert step["requests_after"] == step["requests_before"] == 300
+    assert (step["step_start"], step["step_end"]) == (dt(at(570)), dt(at(630)))
 
 
 def test_releases_that_change_nothing_are_not_flagged(store: Store) -> None:
