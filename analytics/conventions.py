@@ -247,6 +247,10 @@ class Conventions:
         for name in _positive:
             if getattr(self, name) <= 0:
                 raise ConventionsError(f"conventions: {name} must be positive, got {getattr(self, name)}")
+        if self.release_step_window <= timedelta(0):
+            raise ConventionsError(
+                f"conventions: release_step_window must be positive, got {self.release_step_window}"
+            )
         for name in ("bootstrap_confidence", "tail_quantile", "attribution_dominance", "summary_walk_share"):
             value = getattr(self, name)
             if not 0.0 < value < 1.0:

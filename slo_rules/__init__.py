@@ -14,7 +14,7 @@ is passed to :func:`deliver` through ``notifier_factory``; receivers check reque
 :func:`verify_signature`.
 """
 
-from slo_rules.engine import EvaluationResult, evaluate
+from slo_rules.engine import EvaluationResult, RuleExplanation, evaluate, last_evaluation
 from slo_rules.errors import DeliveryError, RuleError
 from slo_rules.links import check_trace_url, trace_link
 from slo_rules.notifiers import (
@@ -45,6 +45,7 @@ __all__ = [
     "NotifierStatus",
     "PagerDutyConfig",
     "RuleError",
+    "RuleExplanation",
     "RuleSet",
     "SlackConfig",
     "WebhookConfig",
@@ -54,6 +55,7 @@ __all__ = [
     "deliver",
     "delivery_status",
     "evaluate",
+    "last_evaluation",
     "list_alerts",
     "load_rules",
     "trace_link",

@@ -81,7 +81,8 @@ def attribution_annotations(analysis: Analysis, service: str, operation: str) ->
     """Cause, shares, top spans, exemplars and LLM signals of one hot-path operation.
 
     Returns ``{}`` when the analysis has no attribution row for it. ``summary_tail`` is the
-    attribution sentence the rules append to their own summary.
+    attribution sentence the rules append to their own summary (the p99 change, then its cause);
+    ``summary_cause`` the cause alone, for a rule that states its own p99 figures.
     """
     rows = _rows(analysis.attribution, service, operation)
     if not rows:
@@ -129,6 +130,8 @@ def attribution_annotations(analysis: Analysis, service: str, operation: str) ->
 
     out: dict[str, str] = {
         "summary_tail": f"{p99_part}; {tail}",
+        # The same without the p99 change, for a rule that states its own p99 figures.
+        "summary_cause": tail,
         "cause": verdict,
         "llm_share": _num(llm_share, 3),
         "internal_share": _num(internal_share, 3),
@@ -163,6 +166,7 @@ def attribution_annotations(analysis: Analysis, service: str, operation: str) ->
     if verdict in ("llm", "mixed") and signals.get("signals_changed"):
         # What tells a throttled or crowded model pool from a slow provider, in the first line.
         out["summary_tail"] += f"; {signals['llm_model']}: {signals['signals_changed']}"
+        out["summary_cause"] += f"; {signals['llm_model']}: {signals['signals_changed']}"
     out.pop("signals_changed", None)
     return out
 

@@ -28,6 +28,9 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any, Literal
+
+import pyarrow as pa
 
 from analytics import Conventions
 from slo_rules.fanout import (
@@ -38,16 +41,24 @@ from slo_rules.fanout import (
     outbox_items,
 )
 from slo_rules.kinds import Candidate, Context, candidates
-from slo_rules.lifecycle import Changes, advance_alerts
+from slo_rules.lifecycle import GONE, Changes, advance_alerts
 from slo_rules.notifiers import AlertmanagerConfig, Notification, NotifierConfig
 from slo_rules.outbox import enqueue
 from slo_rules.rules import RuleSet
+from slo_rules.schema import ALERT_STATE_TABLE, EVALUATIONS_TABLE
 from slo_rules.schema import MIGRATIONS as RULES_MIGRATIONS
 from slo_rules.source import AnalyticsSource, DataSource, WindowKey
-from slo_rules.state import AlertState, Transition, load_states, write_events, write_states
-from storage import Store, TailwatchError, as_utc, ensure_schema, utc_now
+from slo_rules.state import AlertState, Transition, fingerprint, load_states, write_events, write_states
+from storage import Store, TailwatchError, as_utc, ensure_schema, format_duration, iso_z, utc_now
 
-__all__ = ["DEFAULT_DASHBOARD_URL", "EvaluationResult", "evaluate", "evaluate_with"]
+__all__ = [
+    "DEFAULT_DASHBOARD_URL",
+    "EvaluationResult",
+    "RuleExplanation",
+    "evaluate",
+    "evaluate_with",
+    "last_evaluation",
+]
 
 log = logging.getLogger("tailwatch.slo_rules")
 
@@ -55,9 +66,51 @@ log = logging.getLogger("tailwatch.slo_rules")
 DEFAULT_DASHBOARD_URL = "http://127.0.0.1:4318/dashboards"
 
 
+Verdict = Literal["fired", "firing", "pending", "resolved", "quiet", "skipped", "error"]
+
+
+@dataclass(frozen=True)
+class RuleExplanation:
+    """Why one alert of a rule is where it is after an evaluation (``--explain``): ``fired`` or
+    ``resolved`` now, still ``firing`` or ``pending``, ``quiet`` (its condition does not hold),
+    ``skipped`` (too little data to judge, or nothing the rule selects), ``error`` (the rule could
+    not be evaluated). ``reason`` is the condition in numbers; ``labels`` name the alert (empty for
+    a rule with nothing to evaluate)."""
+
+    rule: str
+    verdict: Verdict
+    reason: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def target(self) -> str:
+        """What the alert is about: ``service operation``, a queue, a workflow, a flag variant."""
+        labels = self.labels
+        parts = [labels.get("service", ""), labels.get("operation", "")]
+        parts += [labels.get("queue", ""), labels.get("workflow", "")]
+        if labels.get("flag"):
+            parts.append(f"{labels['flag']}={labels.get('variant', '')}")
+        if labels.get("slo_window"):
+            parts.append(f"[{labels['slo_window']}]")
+        return " ".join(p for p in parts if p)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "verdict": self.verdict,
+            "target": self.target,
+            "reason": self.reason,
+            "labels": dict(self.labels),
+        }
+
+    def __str__(self) -> str:
+        return f"{self.verdict:<9}{self.rule}  {self.target or '-'}: {self.reason}"
+
+
 @dataclass
 class EvaluationResult:
-    """What one evaluation found and did."""
+    """What one evaluation found and did (with ``dry_run``: what it would do; nothing was written,
+    persisted or enqueued)."""
 
     at: datetime
     alerts: list[AlertState] = field(default_factory=list)  # pending and firing after this evaluation
@@ -68,6 +121,9 @@ class EvaluationResult:
     enqueued: int = 0
     analyses_run: int = 0
     errors: list[str] = field(default_factory=list)
+    explanations: list[RuleExplanation] = field(default_factory=list)
+    dry_run: bool = False
+    would_send: int = 0  # outbox rows the evaluation enqueues (or would, in a dry run)
 
     @property
     def firing(self) -> list[AlertState]:
@@ -87,10 +143,15 @@ class EvaluationResult:
         )
 
     def __str__(self) -> str:
+        sent = (
+            f"{self.would_send} notifications would be enqueued (dry run: nothing changed)"
+            if self.dry_run
+            else f"{self.enqueued} notifications enqueued"
+        )
         text = (
             f"{len(self.firing)} firing, {len(self.alerts) - len(self.firing)} pending; "
             f"{len(self.fired)} fired, {len(self.resolved)} resolved, {len(self.repeated)} repeated; "
-            f"{self.enqueued} notifications enqueued; {self.analyses_run} analyses"
+            f"{sent}; {self.analyses_run} analyses"
         )
         return text + (f"; {len(self.errors)} rule errors" if self.errors else "")
 
@@ -106,8 +167,13 @@ def evaluate(
     trace_url: str | None = None,
     evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
     dashboard_links: bool = True,
+    dry_run: bool = False,
 ) -> EvaluationResult:
     """Evaluate every rule at ``at`` (default now), advance alert state, enqueue notifications.
+
+    ``dry_run``: compute the same transitions and notifications, and write, persist and enqueue
+    nothing (the result says what would change and be sent). Every result carries, per alert, why
+    it is where it is (:attr:`EvaluationResult.explanations`).
 
     Alerts link to the analysis behind them under ``dashboard_url`` (default
     :data:`DEFAULT_DASHBOARD_URL`): ``<dashboard_url>/runs/<run_id>/<view>.html``; with
@@ -127,6 +193,7 @@ def evaluate(
         trace_url=trace_url,
         evaluation_interval=evaluation_interval,
         dashboard_links=dashboard_links,
+        dry_run=dry_run,
     )
 
 
@@ -141,6 +208,7 @@ def evaluate_with(
     trace_url: str | None = None,
     evaluation_interval: timedelta = DEFAULT_EVALUATION_INTERVAL,
     dashboard_links: bool = True,
+    dry_run: bool = False,
 ) -> EvaluationResult:
     """:func:`evaluate` with an explicit data source (tests feed synthetic counts through this).
 
@@ -152,51 +220,157 @@ def evaluate_with(
         raise ValueError(f"evaluation_interval must be positive, got {evaluation_interval}")
     # Without dashboards, notifications carry no dashboard URL at all (externalURL is empty too).
     url = (dashboard_url or DEFAULT_DASHBOARD_URL).rstrip("/") if dashboard_links else ""
-    ctx = Context(source, as_utc(at), url or None, trace_url)
     ensure_schema(store, RULES_MIGRATIONS)
-    result = EvaluationResult(at=ctx.at)
     previous = load_states(store, rules.names())
+    ctx = Context(source, as_utc(at), url or None, trace_url, previous)
+    result = EvaluationResult(at=ctx.at, dry_run=dry_run)
     found, failed = _candidates(rules, ctx, result.errors)
     changes = advance_alerts(
         found, previous, ctx.at, repeat_interval=rules.route.repeat_interval, failed=failed
     )
-    # Before the outbox: a notification never links to a run that is not persisted yet.
-    changes = _link_dashboards(ctx, changes, previous)
+    # Before the outbox: a notification never links to a run that is not persisted yet. A dry run
+    # persists nothing, so its alerts carry no link.
+    changes = _unlinked(ctx, changes, previous) if dry_run else _link_dashboards(ctx, changes, previous)
     notifications = group_notifications(changes.transitions, rules.route, ctx.at, url)
     items = outbox_items(notifications, notifiers)
     if any(isinstance(c, AlertmanagerConfig) for c in notifiers):
         current = {**previous, **{s.fingerprint: s for s in changes.states}}
-        snapshot = alertmanager_snapshot(current.values(), previous, ctx.at, evaluation_interval, url)
+        snapshot = alertmanager_snapshot(current.values(), ctx.at, evaluation_interval, url)
         items += alertmanager_items(snapshot, notifiers)
-    # Outbox first, then state: a crash in between re-derives the same transition (same id) next time.
-    # Rows are stamped with the wall clock, not ``at``: their age (for giving up) is real time.
-    result.enqueued = enqueue(store, items)
-    write_states(store, changes.states)
-    write_events(store, changes.events(ctx.at))
+    result.would_send = len(items)
+    if not dry_run:
+        # Outbox first, then state: a crash in between re-derives the same transition (same id) next
+        # time. Rows are stamped with the wall clock, not ``at``: their age (for giving up) is real time.
+        result.enqueued = enqueue(store, items)
+        write_states(store, changes.states)
+        write_events(store, changes.events(ctx.at))
     result.notifications = notifications
     result.record(previous, changes)
+    result.explanations = _explanations(rules, ctx, found, failed, result.errors, changes, previous)
+    if not dry_run:
+        record_evaluation(store, result, len(rules.rules))
     result.analyses_run = int(getattr(source, "analyses_run", 0))
     return result
 
 
-def _candidates(rules: RuleSet, ctx: Context, errors: list[str]) -> tuple[list[Candidate], set[str]]:
-    """Every rule's candidates, and the names of the rules that failed (their errors into ``errors``)."""
+def record_evaluation(store: Store, result: EvaluationResult, rules: int) -> None:
+    """Note the instant an evaluation that changed live state evaluated at (see :func:`last_evaluation`)."""
+    store.insert_arrow(
+        EVALUATIONS_TABLE,
+        pa.table(
+            {
+                "at": pa.array([result.at], pa.timestamp("ms", tz="UTC")),
+                "ran_at": pa.array([utc_now()], pa.timestamp("ms", tz="UTC")),
+                "rules": pa.array([rules], pa.uint32()),
+                "fired": pa.array([len(result.fired)], pa.uint32()),
+                "resolved": pa.array([len(result.resolved)], pa.uint32()),
+                "errors": pa.array([len(result.errors)], pa.uint32()),
+            }
+        ),
+    )
+
+
+def last_evaluation(store: Store) -> datetime | None:
+    """The latest instant the rules were evaluated at on this store (not in a dry run), if any: an
+    evaluation at an earlier instant would rewind live alert state."""
+    latest: list[datetime] = []
+    for table, column in ((EVALUATIONS_TABLE, "at"), (ALERT_STATE_TABLE, "updated_at")):
+        if store.table_exists(table):
+            value = store.query_value(f"SELECT max({column}) FROM {store.table(table)}")
+            if isinstance(value, datetime) and value.year > 1970:
+                latest.append(as_utc(value))
+    return max(latest, default=None)
+
+
+def _candidates(rules: RuleSet, ctx: Context, errors: list[str]) -> tuple[list[Candidate], dict[str, str]]:
+    """Every rule's candidates, and the rules that failed with their errors (also into ``errors``)."""
     found: list[Candidate] = []
-    failed: set[str] = set()
+    failed: dict[str, str] = {}
     for rule in rules.rules:
         since = ctx.reads
         try:
             found.extend(ctx.explain(c, since) for c in candidates(rule, ctx))
         except TailwatchError as exc:
-            failed.add(rule.name)
-            errors.append(f"rule {rule.name}: {exc}")
+            failed[rule.name] = str(exc)
             log.warning("rule %s could not be evaluated: %s", rule.name, exc)
         except Exception as exc:
             # A defect in one rule's data path must not stop every other rule (nor resolve its alerts).
-            failed.add(rule.name)
-            errors.append(f"rule {rule.name}: {type(exc).__name__}: {exc}")
+            failed[rule.name] = f"{type(exc).__name__}: {exc}"
             log.exception("rule %s could not be evaluated", rule.name)
+    errors.extend(f"rule {name}: {message}" for name, message in failed.items())
     return found, failed
+
+
+def _explanations(
+    rules: RuleSet,
+    ctx: Context,
+    found: Sequence[Candidate],
+    failed: Mapping[str, str],
+    errors: Sequence[str],
+    changes: Changes,
+    previous: Mapping[str, AlertState],
+) -> list[RuleExplanation]:
+    """Per rule, each alert's verdict and reason after ``changes`` (see :class:`RuleExplanation`)."""
+    transitions = {state.fingerprint: t for state, t in changes.transitions}
+    current = {**previous, **{s.fingerprint: s for s in changes.states}}
+    by_rule: dict[str, list[RuleExplanation]] = {}
+    seen: set[str] = set()
+    for cand in found:
+        fp = fingerprint(cand.labels)
+        if fp in seen:
+            continue
+        seen.add(fp)
+        state, transition = current.get(fp), transitions.get(fp)
+        reason = cand.reason or ("condition holds" if cand.active else "condition does not hold")
+        verdict: Verdict
+        if transition == "firing":
+            verdict = "fired"
+        elif transition == "resolved":
+            verdict = "resolved"
+        elif state is not None and state.state in ("firing", "pending"):
+            verdict = state.state
+            if state.state == "pending" and cand.rule.for_ is not None and state.active_since is not None:
+                reason += (
+                    f"; pending since {iso_z(state.active_since)} (for {format_duration(cand.rule.for_)})"
+                )
+        elif cand.skipped:
+            verdict = "skipped"
+        else:
+            verdict = "quiet"
+            if cand.active:
+                reason += "; suppressed: a faster burn-rate tier of the same SLO fired"
+        by_rule.setdefault(cand.rule.name, []).append(
+            RuleExplanation(cand.rule.name, verdict, reason, cand.labels)
+        )
+    # Alerts that resolved because their rule no longer mentions them at all.
+    for state, transition in changes.transitions:
+        if transition == "resolved" and state.fingerprint not in seen:
+            by_rule.setdefault(state.rule, []).append(
+                RuleExplanation(state.rule, "resolved", GONE, state.labels)
+            )
+    out: list[RuleExplanation] = []
+    for rule in rules.rules:
+        if rule.name in failed:
+            out.append(RuleExplanation(rule.name, "error", failed[rule.name]))
+        elif rule.name in by_rule:
+            out += by_rule[rule.name]
+        else:
+            note = ctx.notes.get(rule.name, "nothing its selectors match had data in its window")
+            out.append(RuleExplanation(rule.name, "skipped", note))
+    return out
+
+
+def _unlinked(ctx: Context, changes: Changes, previous: Mapping[str, AlertState]) -> Changes:
+    """``changes`` with the link stand-ins of a dry run dropped (nothing is persisted to link to)."""
+    transitions = {id(state): transition for state, transition in changes.transitions}
+    out = Changes()
+    for state in changes.states:
+        transition = transitions.get(id(state))
+        if ctx.bound_link(state.annotations.get("dashboard", "")) is not None:
+            notes = {k: v for k, v in state.annotations.items() if k != "dashboard"}
+            state = replace(state, annotations=notes)
+        out.add(state, transition, previous.get(state.fingerprint))
+    return out
 
 
 def _link_dashboards(ctx: Context, changes: Changes, previous: Mapping[str, AlertState]) -> Changes:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from slo_rules.notifiers import (
@@ -149,17 +149,16 @@ def resend_window(interval: timedelta) -> timedelta:
 
 def alertmanager_snapshot(
     current: Iterable[AlertState],
-    previous: Mapping[str, AlertState],
     at: datetime,
     interval: timedelta,
     url: str,
 ) -> Notification | None:
     """What Alertmanager should know at ``at``; ``None`` when there is nothing to tell it.
 
-    ``current``: every alert's state after this evaluation; ``previous``: before it. Firing alerts
+    ``current``: every alert's state after this evaluation. Firing alerts
     go with ``endsAt = at + 4 × interval``, alerts resolved within :func:`resend_window` with their
-    resolution time. ``cause`` is a label (routes and inhibitions match on it): when an alert's
-    cause changes while it fires, the label set under the old cause is resolved now.
+    resolution time. ``cause`` is a label (routes and inhibitions match on it); a firing alert keeps
+    the cause it fired with, so its label set is stable until it resolves.
     """
     window = resend_window(interval)
     alerts: list[AlertPayload] = []
@@ -168,9 +167,6 @@ def alertmanager_snapshot(
             continue
         if state.state == "firing":
             alerts.append(_am_payload(state, "firing", at + ENDS_AT_INTERVALS * interval, url))
-            before = previous.get(state.fingerprint)
-            if before is not None and before.state == "firing" and before.cause != state.cause:
-                alerts.append(_am_payload(before, "resolved", at, url))
         elif state.state == "resolved" and state.ends_at is not None and at - window < state.ends_at <= at:
             alerts.append(_am_payload(state, "resolved", state.ends_at, url))
     if not alerts:

@@ -2,7 +2,8 @@
 
 Each candidate advances the alert its labels identify (:func:`slo_rules.state.advance`); alerts no
 candidate mentions any more resolve, except those of rules that failed this time, which keep their
-state (an outage of the analysis never resolves a firing alert).
+state (an outage of the analysis never resolves a firing alert). A firing alert keeps the
+annotations it fired with; only an alert that starts is explained (an attribution analysis).
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from typing import Literal
 from slo_rules.kinds import Candidate
 from slo_rules.state import AlertState, Transition, advance, fingerprint
 
-__all__ = ["Changes", "advance_alerts"]
+__all__ = ["GONE", "Changes", "advance_alerts"]
 
 log = logging.getLogger("tailwatch.slo_rules")
+
+# Why an alert resolves when its rule no longer mentions it at all.
+GONE = "no longer seen: nothing its rule selects had data in the rule's window"
 
 
 @dataclass
@@ -72,7 +76,9 @@ def advance_alerts(
             continue
         seen.add(fp)
         prev = previous.get(fp)
-        annotations = _annotations(cand) if cand.active else {}
+        # A firing alert keeps what it fired with (slo_rules.state.advance): no new explanation.
+        explain = cand.active and (prev is None or prev.state != "firing")
+        annotations = _annotations(cand) if explain else {}
         state, transition = advance(
             prev,
             cand.active,
@@ -83,6 +89,7 @@ def advance_alerts(
             annotations=annotations or (dict(prev.annotations) if prev else {}),
             rule=cand.rule.name,
             suppressed=_suppressed(faster.get(cand.group, []), cand.long_window, at),
+            now=cand.reason,
         )
         latest = state or prev
         if cand.group and latest is not None:
@@ -102,6 +109,7 @@ def advance_alerts(
             labels=prev.labels,
             annotations=prev.annotations,
             rule=prev.rule,
+            now=GONE,
         )
         changes.add(state, transition, prev)
     return changes

@@ -320,10 +320,14 @@ def slack_body(notification: Notification) -> dict[str, Any]:
         )
         summary = alert.annotations.get("summary", "")
         lasted = _lasted(alert)
-        lines.append(f"{head}: {summary}" + (f" ({lasted})" if lasted else ""))
+        # What resolved it, in numbers, beside the summary it fired with.
+        why = alert.annotations.get("resolved", "") if alert.status == "resolved" else ""
+        lines.append(
+            f"{head}: {summary}" + (f" ({lasted})" if lasted else "") + (f"; now {why}" if why else "")
+        )
         detail = [f"*{_mrkdwn(head)}*", _mrkdwn(summary)]
         if lasted:
-            detail.append(lasted)
+            detail.append(lasted + (f": {_mrkdwn(why)}" if why else ""))
         cause = alert.annotations.get("cause")
         if cause:
             detail.append(f"cause: *{_mrkdwn(cause)}*")

@@ -206,6 +206,30 @@ class P99RegressionRule(_RuleBase, _HotSelector):
     baseline: Literal["previous", "previous_release"] = "previous"
     min_increase: MinIncrease = MinIncrease()
     min_requests: int = Field(default=200, ge=1)
+    # Hysteresis: a firing alert resolves once the increase over its frozen baseline is below
+    # either of these (default: half of ``min_increase``), not as soon as it dips under the bar.
+    resolve_increase: MinIncrease | None = None
+
+    @model_validator(mode="after")
+    def _resolve_below_fire(self) -> P99RegressionRule:
+        r = self.resolve_increase
+        if r is not None and (
+            r.relative > self.min_increase.relative or r.absolute_ms > self.min_increase.absolute_ms
+        ):
+            raise ValueError(
+                "resolve_increase must not exceed min_increase (an alert would resolve while its "
+                "condition to fire still holds)"
+            )
+        return self
+
+    @property
+    def resolve(self) -> MinIncrease:
+        """The increase below which a firing alert resolves."""
+        if self.resolve_increase is not None:
+            return self.resolve_increase
+        return MinIncrease(
+            relative=self.min_increase.relative / 2, absolute_ms=self.min_increase.absolute_ms / 2
+        )
 
 
 class ReleaseCouplingRule(_RuleBase, _HotSelector):

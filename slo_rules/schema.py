@@ -1,4 +1,5 @@
-"""The rule engine's tables: alert state, alert transitions (history) and the notification outbox.
+"""The rule engine's tables: alert state, alert transitions (history), the notification outbox and
+the evaluations that changed them.
 
 State and outbox rows are never updated in place: every change inserts a new row with a higher
 ``version`` into a ``ReplacingMergeTree``, and readers take the newest row per key (``FINAL``). That
@@ -13,9 +14,10 @@ from storage import DDLContext, Migration, register_migrations
 ALERT_STATE_TABLE = "tailwatch_alert_state"
 ALERT_EVENTS_TABLE = "tailwatch_alert_events"
 OUTBOX_TABLE = "tailwatch_outbox"
+EVALUATIONS_TABLE = "tailwatch_rule_evaluations"
 OUTBOX_TTL_DAYS = 30
 
-__all__ = ["ALERT_EVENTS_TABLE", "ALERT_STATE_TABLE", "MIGRATIONS", "OUTBOX_TABLE"]
+__all__ = ["ALERT_EVENTS_TABLE", "ALERT_STATE_TABLE", "EVALUATIONS_TABLE", "MIGRATIONS", "OUTBOX_TABLE"]
 
 
 def _alert_state(ctx: DDLContext) -> list[str]:
@@ -94,10 +96,25 @@ def _outbox(ctx: DDLContext) -> list[str]:
     )
 
 
+def _evaluations(ctx: DDLContext) -> list[str]:
+    # One row per evaluation that changed live state: the instant it evaluated (``at``, which a
+    # later evaluation at an earlier instant must not rewind past) and when it ran.
+    body = """    at DateTime64(3, 'UTC'),
+    ran_at DateTime64(3, 'UTC'),
+    rules UInt32,
+    fired UInt32,
+    resolved UInt32,
+    errors UInt32"""
+    return ctx.create_table(
+        EVALUATIONS_TABLE, body, tail="ORDER BY at\nTTL toDateTime(ran_at) + toIntervalDay(30)"
+    )
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("slo_rules", 1, ALERT_STATE_TABLE, _alert_state),
     Migration("slo_rules", 2, ALERT_EVENTS_TABLE, _alert_events),
     Migration("slo_rules", 3, OUTBOX_TABLE, _outbox),
+    Migration("slo_rules", 4, EVALUATIONS_TABLE, _evaluations),
 )
 
 register_migrations(MIGRATIONS)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from slo_rules.outbox import next_version
 from slo_rules.schema import ALERT_EVENTS_TABLE, ALERT_STATE_TABLE
-from storage import Store, as_utc, utc_now
+from storage import Store, as_utc, iso_z, utc_now
 
 __all__ = [
     "AlertState",
@@ -80,17 +80,26 @@ def advance(
     annotations: Mapping[str, str],
     rule: str,
     suppressed: bool = False,
+    now: str = "",
 ) -> tuple[AlertState | None, Transition | None]:
     """One evaluation step of one alert: its new state and the transition to notify, if any.
 
     ``suppressed`` (a faster burn-rate tier of the same SLO is firing) keeps an alert from
     *starting*; one already firing stays firing without repeats.
+
+    A firing alert keeps the annotations it fired with: what on-call was told is never rewritten.
+    Later evaluations add to them: ``now`` (the condition in numbers at this evaluation) becomes its
+    ``latest`` annotation when it is notified again, and its ``resolved`` annotation when it resolves
+    — the numbers that resolved it.
     """
     prev_state: State = previous.state if previous is not None else "inactive"
     if not active or (suppressed and prev_state not in ("firing",)):
         if prev_state == "firing":
             assert previous is not None
-            return replace(previous, state="resolved", ends_at=at, updated_at=at), "resolved"
+            notes = {**previous.annotations, **({"resolved": now} if now else {})}
+            return replace(
+                previous, state="resolved", ends_at=at, updated_at=at, annotations=notes
+            ), "resolved"
         if prev_state == "pending":
             assert previous is not None
             return replace(previous, state="inactive", active_since=None, updated_at=at), None
@@ -109,9 +118,12 @@ def advance(
         assert previous is not None
         last = previous.last_notified_at or previous.starts_at or at
         due = not suppressed and at - last >= repeat_interval
+        notes = dict(previous.annotations)
+        if due and now:
+            notes["latest"] = f"{iso_z(at)}: {now}"
         kept = replace(
             previous,
-            annotations=dict(annotations),
+            annotations=notes,
             updated_at=at,
             last_notified_at=at if due else previous.last_notified_at,
         )

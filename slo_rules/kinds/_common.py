@@ -14,6 +14,7 @@ from slo_rules.annotate import attribution_annotations
 from slo_rules.links import trace_links
 from slo_rules.rules import AnyRule
 from slo_rules.source import DataSource, WindowKey
+from slo_rules.state import AlertState, fingerprint
 from storage import as_utc
 
 __all__ = ["Candidate", "Context", "alert_labels", "finish", "instant"]
@@ -25,8 +26,11 @@ log = logging.getLogger("tailwatch.slo_rules")
 class Candidate:
     """One alert a rule would raise now (``active``) or is checking (inactive burn-rate tiers).
 
-    ``annotations`` is called only for active candidates: explaining an alert costs an attribution
-    analysis, which quiet operations never need.
+    ``annotations`` is called only for an alert that starts firing: explaining an alert costs an
+    attribution analysis, which quiet operations never need, and a firing alert keeps the
+    explanation it fired with. ``reason`` is the condition in numbers, cheap to say for every
+    candidate (what ``alerts evaluate --explain`` prints, and what a resolved alert quotes);
+    ``skipped``: the rule could not judge (too few requests, no baseline), which ``reason`` says.
     """
 
     rule: AnyRule
@@ -37,6 +41,8 @@ class Candidate:
     group: str = ""
     rank: int = 0
     long_window: timedelta | None = None
+    reason: str = ""
+    skipped: bool = False
 
 
 # What ``Context.dashboard`` hands a rule kind, and what the explained annotations carry until the
@@ -76,7 +82,12 @@ class Context:
     """
 
     def __init__(
-        self, source: DataSource, at: datetime, dashboard_url: str | None, trace_url: str | None = None
+        self,
+        source: DataSource,
+        at: datetime,
+        dashboard_url: str | None,
+        trace_url: str | None = None,
+        previous: Mapping[str, AlertState] | None = None,
     ) -> None:
         self._reads = _Reads(source)
         self.source: DataSource = self._reads
@@ -84,6 +95,19 @@ class Context:
         self.dashboard_url = dashboard_url.rstrip("/") if dashboard_url else None
         self.trace_url = trace_url
         self._links: list[tuple[str, WindowKey | None]] = []
+        # Every alert's state before this evaluation: a firing alert's frozen baseline lives there.
+        self.previous: Mapping[str, AlertState] = previous or {}
+        # Why a rule raised no candidate at all (rule name → sentence), for ``--explain``.
+        self.notes: dict[str, str] = {}
+
+    def firing(self, labels: Mapping[str, str]) -> AlertState | None:
+        """The alert with these labels when it was firing before this evaluation, else ``None``."""
+        state = self.previous.get(fingerprint(labels))
+        return state if state is not None and state.state == "firing" else None
+
+    def note(self, rule: AnyRule, reason: str) -> None:
+        """Say why ``rule`` has nothing to evaluate now (no operation in its window, say)."""
+        self.notes[rule.name] = reason
 
     def dashboard(self, view: str) -> str:
         """The ``dashboard`` annotation of the alert being explained: a stand-in that
@@ -194,12 +218,21 @@ def alert_labels(rule: AnyRule, severity: str, **selector: str) -> dict[str, str
 
 
 def finish(
-    annotations: dict[str, str], summary_head: str, attribution: Mapping[str, str], rule: AnyRule
+    annotations: dict[str, str],
+    summary_head: str,
+    attribution: Mapping[str, str],
+    rule: AnyRule,
+    *,
+    own_p99: bool = False,
 ) -> dict[str, str]:
-    """Summary = the rule's own finding, then the attribution sentence; then the rule's extras."""
-    out = dict(annotations)
-    tail = attribution.get("summary_tail")
-    out.update({k: v for k, v in attribution.items() if k != "summary_tail"})
+    """Summary = the rule's own finding, then the attribution sentence; then the rule's extras.
+
+    ``own_p99``: the finding states its own p99 figures, so only the cause of the attribution
+    follows (one alert sentence never quotes two different "before" values). The rule's own
+    figures in ``annotations`` win over the attribution's of the same name."""
+    tail = attribution.get("summary_cause" if own_p99 else "summary_tail")
+    out = {k: v for k, v in attribution.items() if k not in ("summary_tail", "summary_cause")}
+    out.update(annotations)
     out.setdefault("cause", "none")
     out["summary"] = f"{summary_head}; {tail}" if tail else summary_head
     if rule.description:

@@ -7,6 +7,7 @@ from typing import Any
 from slo_rules.annotate import fmt_ms, fmt_pct
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import AbandonmentRule
+from storage import format_duration
 
 __all__ = ["candidates"]
 
@@ -42,8 +43,24 @@ def candidates(rule: AbandonmentRule, ctx: Context) -> list[Candidate]:
             }
             return finish(extra, head, attribution, rule)
 
-        out.append(Candidate(rule, labels, bool(reasons), annotate))
+        out.append(Candidate(rule, labels, bool(reasons), annotate, **_explained(rule, row, reasons)))
+    if not out:
+        ctx.note(rule, f"no request of a selected operation in the last {format_duration(rule.window)}")
     return out
+
+
+def _explained(rule: AbandonmentRule, row: dict[str, Any], reasons: list[str]) -> dict[str, Any]:
+    """The candidate's ``reason`` (and ``skipped``): the rate and cliff in numbers."""
+    requests = int(row.get("requests") or 0)
+    if requests < rule.min_requests:
+        return {"reason": f"{requests} requests < {rule.min_requests}", "skipped": True}
+    if reasons:
+        return {"reason": "; ".join(reasons)}
+    rate = float(row.get("rate") or 0.0)
+    limit = f" (limit {fmt_pct(rule.max_rate, 1)})" if rule.max_rate is not None else ""
+    cliff = row.get("cliff_ms")
+    where = f", p99 {fmt_ms(row.get('p99_ms'))} below the cliff at {fmt_ms(float(cliff))}" if cliff else ""
+    return {"reason": f"{fmt_pct(rate, 1)} of {requests} requests abandoned{limit}{where}"}
 
 
 def _reasons(rule: AbandonmentRule, row: dict[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 from slo_rules.annotate import fmt_s
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import ColdPathStarvationRule
+from storage import format_duration
 
 __all__ = ["candidates"]
 
@@ -54,7 +55,21 @@ def candidates(rule: ColdPathStarvationRule, ctx: Context) -> list[Candidate]:
             }
             return finish(extra, head, {}, rule)
 
-        out.append(Candidate(rule, labels, bool(reasons), annotate))
+        if reasons:
+            reason, skipped = "; ".join(reasons), False
+        else:
+            jobs = int(row.get("jobs") or 0)
+            skipped = jobs < rule.min_jobs and not rule.max_pending and not rule.max_pending_growth
+            reason = (
+                f"{jobs} jobs < {rule.min_jobs}"
+                if skipped
+                else f"enqueue-to-ready p50 {fmt_s(row.get('p50_s'))}, p99 {fmt_s(row.get('p99_s'))} "
+                f"(p99/p50 {float(row.get('p99_over_p50') or 0):.0f}×), {row.get('pending')} pending, "
+                f"{jobs} jobs: within the limits"
+            )
+        out.append(Candidate(rule, labels, bool(reasons), annotate, reason=reason, skipped=skipped))
+    if not out:
+        ctx.note(rule, f"no job on a selected queue in the last {format_duration(rule.window)}")
     return out
 
 

@@ -91,8 +91,19 @@ def candidates(rule: LatencySloRule, ctx: Context) -> list[Candidate]:
                     group=f"{rule.name}\x00{service}\x00{operation}",
                     rank=rank,
                     long_window=tier.long,
+                    reason=(
+                        f"burn {burn_l:.1f}× over {format_duration(tier.long)}, {burn_s:.1f}× over "
+                        f"{format_duration(tier.short_window)} (fires at {tier.factor:g}× on both); "
+                        f"{int(total_l - good_l)}/{int(total_l)} requests slower than "
+                        f"{fmt_ms(rule.threshold_ms)}"
+                    )
+                    if total_l >= rule.min_events
+                    else f"{int(total_l)} requests over {format_duration(tier.long)} < {rule.min_events}",
+                    skipped=total_l < rule.min_events,
                 )
             )
+    if not out:
+        ctx.note(rule, f"no request of a selected operation in the last {format_duration(rule.window)}")
     return out
 
 

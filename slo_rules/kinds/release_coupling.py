@@ -7,9 +7,10 @@ from datetime import datetime
 from typing import Any
 
 from analytics import Analysis
-from slo_rules.annotate import fmt_ms
+from slo_rules.annotate import fmt_ms, signed_ms
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish, instant
 from slo_rules.rules import ReleaseCouplingRule
+from storage import format_duration
 
 __all__ = ["candidates"]
 
@@ -63,12 +64,44 @@ def candidates(rule: ReleaseCouplingRule, ctx: Context) -> list[Candidate]:
                     f"{float(row.get('sync_llm_calls_per_request_before') or 0):.2f} → "
                     f"{float(row.get('sync_llm_calls_per_request_after') or 0):.2f}"
                 )
-                attribution = ctx.attribution(released, ctx.at, service, operation, None)
+                # The attribution compares what the step compares: the requests just before the
+                # release and its first requests after it.
+                step_start, step_end = instant(row.get("step_start")), instant(row.get("step_end"))
+                before = (step_start, released) if step_start is not None else None
+                attribution = ctx.attribution(released, step_end or ctx.at, service, operation, before)
             head = f"{service} {operation}: " + "; ".join(parts)
-            return finish(extra, head, attribution, rule)
+            return finish(extra, head, attribution, rule, own_p99=True)
 
-        out.append(Candidate(rule, labels, active, annotate))
+        reason = "; ".join(text for _, text, _ in found) or _quiet(analysis, service, operation, start, end)
+        if coupled is not None:
+            reason += "; p99 rises with releases"
+        out.append(Candidate(rule, labels, active, annotate, reason=reason))
+    if not out:
+        ctx.note(rule, f"no release of a selected operation in the last {format_duration(rule.window)}")
     return out
+
+
+def _quiet(analysis: Analysis, service: str, operation: str, start: datetime, end: datetime) -> str:
+    """What the operation's releases in the window did, when none of it is a finding."""
+    texts = []
+    for row in analysis.releases.iter_rows(named=True):
+        released = instant(row.get("released_at"))
+        if (row["service"], row["operation"]) != (service, operation) or released is None:
+            continue
+        if not start <= released < end:
+            continue
+        delta = row.get("p99_delta_ms")
+        step = "no step (nothing before it)" if delta is None else f"p99 step {signed_ms(float(delta))}"
+        if delta is not None and not row.get("significant"):
+            step += (
+                f" not significant ({row.get('requests_before')} requests before, "
+                f"{row.get('requests_after')} after)"
+            )
+        before = row.get("sync_llm_calls_per_request_before")
+        after = float(row.get("sync_llm_calls_per_request_after") or 0.0)
+        calls = "" if before is None else f", sync LLM calls {float(before):.1f} → {after:.1f}"
+        texts.append(f"release {row.get('version')}: {step}{calls}")
+    return "; ".join(texts) or "no release in the window; p99 not coupled to releases"
 
 
 def _release_findings(

@@ -20,6 +20,7 @@ import polars as pl
 from slo_rules.annotate import retry_annotations
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import RetryAmplificationRule
+from storage import format_duration
 
 __all__ = ["candidates"]
 
@@ -58,7 +59,18 @@ def candidates(rule: RetryAmplificationRule, ctx: Context) -> list[Candidate]:
                 extra.update(ctx.trace_links(exemplar, start, end))
             return finish(extra, _head(rule, row, workflow), explained, rule)
 
-        out.append(Candidate(rule, labels, _breached(rule, row), annotate))
+        runs = int(row.get("runs") or 0)
+        skipped = runs < rule.min_runs
+        reason = (
+            f"{runs} runs < {rule.min_runs}"
+            if skipped
+            else f"{float(row.get('attempt_amplification') or 1):.3f}× attempts, "
+            f"{float(row.get('token_amplification') or 1):.3f}× tokens over {runs} runs "
+            f"(limits {rule.max_attempt_amplification}×, {rule.max_token_amplification}×)"
+        )
+        out.append(Candidate(rule, labels, _breached(rule, row), annotate, reason=reason, skipped=skipped))
+    if not out:
+        ctx.note(rule, f"no run of a selected workflow in the last {format_duration(rule.window)}")
     return out
 
 

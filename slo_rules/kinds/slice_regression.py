@@ -19,6 +19,7 @@ from typing import Any
 from slo_rules.annotate import fmt_ms, fmt_pct, fmt_s, signed_ms
 from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import SliceRegressionRule
+from storage import format_duration
 
 __all__ = ["candidates"]
 
@@ -53,8 +54,28 @@ def candidates(rule: SliceRegressionRule, ctx: Context) -> list[Candidate]:
         ) -> dict[str, str]:
             return _annotations(rule, ctx, row, control, regressed)
 
-        out.append(Candidate(rule, labels, bool(regressed), annotate))
+        out.append(
+            Candidate(rule, labels, bool(regressed), annotate, **_explained(rule, row, control, regressed))
+        )
+    if not out:
+        ctx.note(rule, f"no variant of a selected flag in the last {format_duration(rule.window)}")
     return out
+
+
+def _explained(rule: SliceRegressionRule, row: Row, control: Row, regressed: list[str]) -> dict[str, Any]:
+    """The candidate's ``reason`` (and ``skipped``): the variant against control in numbers."""
+    if not control:
+        return {"reason": "no control variant to compare with", "skipped": True}
+    n = min(int(row.get("requests") or 0), int(control.get("requests") or 0))
+    if n < rule.min_requests:
+        return {"reason": f"{n} requests on the smaller side < {rule.min_requests}", "skipped": True}
+    p99_delta = float(row.get("p99_delta_ms") or 0.0)
+    text = (
+        f"p99 {fmt_ms(row.get('p99_ms'))} vs control {fmt_ms(control.get('p99_ms'))} "
+        f"({signed_ms(p99_delta)}{'' if row.get('p99_significant') else ', not significant'}), "
+        f"abandonment {_rate(row)} vs {_rate(control)}"
+    )
+    return {"reason": ("worse on " + " and ".join(regressed) + ": " if regressed else "") + text}
 
 
 def _flag_key(row: Row) -> tuple[str, str, str]:

@@ -228,7 +228,9 @@ def test_the_summary_reads_the_observed_amplification_as_the_fact(store: Store) 
     assert (notes["attempt_amplification"], notes["modeled_amplification"]) == ("1.2870", "3.2330")
 
 
-def test_the_cause_changes_nothing_of_the_alerts_identity(store: Store) -> None:
+def test_a_firing_alert_keeps_the_cause_and_text_it_fired_with(store: Store) -> None:
+    # The provider recovers while the retries go on: the alert on-call was paged with is not
+    # rewritten (same identity, same cause and summary); it stays one alert, not two.
     hops = _hops(("chat gpt-4o", 200, 380, 400_000))
     frames = {"retry_amplification": AMPLIFICATION, "retry_hops": hops, "llm_calls": THROTTLED}
     first = evaluate_with(store, RULES, T, WindowedSource(frames))
@@ -236,9 +238,9 @@ def test_the_cause_changes_nothing_of_the_alerts_identity(store: Store) -> None:
     frames["llm_calls"] = HEALTHY
     later = evaluate_with(store, RULES, T + timedelta(minutes=1), WindowedSource(frames))
     assert later.fired == [] and later.resolved == []
-    (internal,) = later.firing
-    assert internal.fingerprint == llm.fingerprint and internal.labels == llm.labels
-    assert (llm.cause, internal.cause) == ("llm", "internal")
+    (still,) = later.firing
+    assert still.fingerprint == llm.fingerprint and still.labels == llm.labels
+    assert still.cause == llm.cause == "llm" and still.annotations == llm.annotations
 
 
 def test_hops_that_say_nothing_about_models_leave_the_cause_open() -> None:
