@@ -14,6 +14,7 @@ one module of ``dashboards.views``, and ``dashboards.style`` holds the colours a
 from __future__ import annotations
 
 from dashboards.export import (
+    PLOTLY_JS,
     DashboardError,
     ExportFormat,
     ExportReport,
@@ -22,12 +23,15 @@ from dashboards.export import (
     check_formats,
     check_window,
     export_dashboards,
+    plotly_js_source,
     write_dashboards,
+    write_plotly_js,
 )
 from dashboards.figures import NO_ALERTS_TEXT, VIEW_TITLES, VIEWS, View, build_figures
 
 __all__ = [
     "NO_ALERTS_TEXT",
+    "PLOTLY_JS",
     "VIEWS",
     "VIEW_TITLES",
     "DashboardError",
@@ -40,5 +44,7 @@ __all__ = [
     "check_formats",
     "check_window",
     "export_dashboards",
+    "plotly_js_source",
     "write_dashboards",
+    "write_plotly_js",
 ]

@@ -1,8 +1,11 @@
-"""Write the dashboards to a directory: one self-contained HTML page per view, an index, PNGs on request.
+"""Write the dashboards to a directory: one HTML page per view, an index, PNGs on request.
 
-Every page embeds plotly.js inline, so a page opened from disk, mailed, or attached to an incident
-renders with no network at all (no CDN, no MathJax). PNGs go through kaleido, which drives the
-system's Chromium; kaleido is only loaded, and Chromium only needed, when PNGs are asked for.
+By default every page embeds plotly.js inline, so a page opened from disk, mailed, or attached to an
+incident renders with no network at all (no CDN, no MathJax). Pages written together can instead
+share one copy (``plotly_js="shared"``: :data:`PLOTLY_JS` beside them, still offline), and pages a
+server serves can reference the copy it serves (``plotly_js="../../plotly-….min.js"``): 4.8 MB per
+page otherwise. PNGs go through kaleido, which drives the system's Chromium; kaleido is only
+loaded, and Chromium only needed, when PNGs are asked for.
 """
 
 from __future__ import annotations
@@ -11,14 +14,17 @@ import html
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
 
+import plotly
 import plotly.graph_objects as go
 import polars as pl
+from plotly.offline import get_plotlyjs_version
 
 from analytics import Analysis, Conventions, analyze, latest_analysis, load_run, persist_analysis
 from dashboards import style
@@ -31,6 +37,7 @@ from storage import Store, TailwatchError, as_utc
 __all__ = [
     "BROWSER_ENV",
     "DEFAULT_WINDOW",
+    "PLOTLY_JS",
     "DashboardError",
     "ExportFormat",
     "ExportReport",
@@ -38,7 +45,9 @@ __all__ = [
     "alerts_in_window",
     "export_dashboards",
     "find_browser",
+    "plotly_js_source",
     "write_dashboards",
+    "write_plotly_js",
 ]
 
 _log = logging.getLogger(__name__)
@@ -53,6 +62,9 @@ PNG_WIDTH: Final = 1400
 ALERT_END_SLACK: Final = timedelta(milliseconds=1)  # alert times are DateTime64(3)
 # A slow trace picked near the window's end finishes after it: the viewer's search runs past the end.
 TRACE_END_SLACK: Final = timedelta(minutes=15)
+# The shared copy of plotly.js, named for its version: a server can cache it for a year, and an
+# upgrade changes the name rather than serving new pages a stale copy.
+PLOTLY_JS: Final = f"plotly-{get_plotlyjs_version()}.min.js"
 
 
 class DashboardError(TailwatchError):
@@ -108,6 +120,7 @@ def export_dashboards(
     conventions: Conventions | None = None,
     trace_url: str | None = None,
     run_id: str | None = None,
+    plotly_js: str = "inline",
 ) -> ExportReport:
     """Export every view for a window, computing and persisting its analysis — or, with
     ``run_id``, of that persisted run (the window is the run's).
@@ -115,6 +128,7 @@ def export_dashboards(
     Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
     end); with neither, the latest persisted analysis, else the last 24 hours. ``trace_url``: the
     trace viewer's URL template (``{trace_id}``, ``{start}``, ``{end}``) exemplar ids link to.
+    ``plotly_js``: how the pages load plotly.js (:func:`write_dashboards`).
     """
     chosen = check_formats(formats)
     if run_id is not None:
@@ -133,6 +147,7 @@ def export_dashboards(
         run_id=run_id,
         notes=notes,
         trace_url=trace_url,
+        plotly_js=plotly_js,
     )
     return ExportReport(
         files=files,
@@ -187,9 +202,17 @@ def write_dashboards(
     run_id: str | None = None,
     notes: Sequence[str] = (),
     trace_url: str | None = None,
+    plotly_js: str = "inline",
 ) -> list[Path]:
-    """Write the views of an analysis (already computed) to ``out_dir``; returns the files written."""
+    """Write the views of an analysis (already computed) to ``out_dir``; returns the files written.
+
+    ``plotly_js``: ``"inline"`` embeds plotly.js in every page (4.8 MB each; a page works alone,
+    offline); ``"shared"`` writes one :data:`PLOTLY_JS` into ``out_dir`` that the pages load (the
+    directory works offline as a whole); any other value ending in ``.js`` is the URL, relative to
+    the pages, of a copy served elsewhere (nothing is written for it).
+    """
     chosen = check_formats(formats)
+    script = _plotly_script(plotly_js)
     figures = build_figures(analysis, alerts)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,9 +220,11 @@ def write_dashboards(
         raise DashboardError(f"cannot create the dashboard directory {out_dir}: {exc.strerror}") from None
     files: list[Path] = []
     if "html" in chosen:
+        if plotly_js == "shared":
+            files.append(write_plotly_js(out_dir))
         for view in VIEWS:
             path = out_dir / f"{view}.html"
-            _write_text(path, _view_page(view, figures[view], analysis, run_id, trace_url))
+            _write_text(path, _view_page(view, figures[view], analysis, run_id, trace_url, script))
             files.append(path)
     if "png" in chosen:
         files += write_pngs(figures, out_dir)
@@ -207,6 +232,40 @@ def write_dashboards(
     _write_text(index, _index_page(analysis, chosen, run_id, alerts, notes))
     files.append(index)
     return files
+
+
+def _plotly_script(plotly_js: str) -> bool | str:
+    """What ``Figure.to_html`` takes as ``include_plotlyjs`` for a ``plotly_js`` option."""
+    if plotly_js == "inline":
+        return True
+    if plotly_js == "shared":
+        return PLOTLY_JS
+    if plotly_js.endswith(".js") and not any(c in plotly_js for c in "\"'<> "):
+        return plotly_js
+    raise DashboardError(f"plotly_js: expected 'inline', 'shared' or a URL ending in .js, got {plotly_js!r}")
+
+
+def plotly_js_source() -> Path:
+    """The plotly.js bundled with the installed ``plotly`` package (what ``inline`` embeds)."""
+    return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
+
+
+def write_plotly_js(out_dir: Path) -> Path:
+    """``out_dir/``:data:`PLOTLY_JS`, copied from the plotly package unless already there; the copy
+    is renamed into place, so a page loading it never reads half a file."""
+    target = out_dir / PLOTLY_JS
+    source = plotly_js_source()
+    if target.is_file() and target.stat().st_size == source.stat().st_size:
+        return target
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".plotly-", suffix=".js", dir=out_dir)
+        os.close(fd)
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise DashboardError(f"cannot write {target}: {exc.strerror}") from None
+    return target
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -266,13 +325,19 @@ def _page(title: str, body: str) -> str:
 
 
 def _view_page(
-    view: View, figure: go.Figure, analysis: Analysis, run_id: str | None, trace_url: str | None = None
+    view: View,
+    figure: go.Figure,
+    analysis: Analysis,
+    run_id: str | None,
+    trace_url: str | None = None,
+    script: bool | str = True,
 ) -> str:
-    # include_plotlyjs=True inlines plotly.js: the page needs no network. The figure JSON that
-    # plotly writes escapes <, > and / so no data can close the <script> element.
+    # include_plotlyjs=True inlines plotly.js (the page needs no network); a relative URL loads the
+    # shared copy beside the pages or the one the service serves. The figure JSON that plotly
+    # writes escapes <, > and / so no data can close the <script> element.
     plot = figure.to_html(
         full_html=False,
-        include_plotlyjs=True,
+        include_plotlyjs=script,
         include_mathjax=False,
         div_id=f"tailwatch-{view}",
         config={"displaylogo": False, "responsive": True},

@@ -26,7 +26,18 @@ from dashboards import style
 from dashboards.views._common import VIEW_TITLES, VIEWS, View, count_of, fmt_ms
 from dashboards.views.alerts import NO_ALERTS_TEXT
 
-__all__ = ["VIEW_DESCRIPTIONS", "AlertEntry", "alert_entries", "evidence_view", "headline", "index_body"]
+__all__ = [
+    "SYNC_LLM_INCREASE",
+    "VIEW_DESCRIPTIONS",
+    "AlertEntry",
+    "alert_entries",
+    "current_entries",
+    "evidence_view",
+    "headline",
+    "index_body",
+    "live_index_body",
+    "release_findings",
+]
 
 # Names listed in a view's headline before "and N more".
 HEADLINE_NAMES: Final = 3
@@ -49,6 +60,11 @@ _SLICE = re.compile(r"variant .+ of flag .+ is worse than control")
 _RELEASE = re.compile(r"p99 rises with releases|release .+ added .+ synchronous LLM calls|stepped p99 up")
 _ABANDONMENT = re.compile(r"of requests abandoned \(limit|past the abandonment cliff")
 _VIEW_LINK = re.compile(r"(?:^|/)([a-z_]+)\.html(?:[?#].*)?$")
+# The run page an alert links to, whichever base URL it was written with.
+_RUN_PAGE = re.compile(r"/runs/([0-9a-f]{32})/([a-z_]+)\.html(?:[?#].*)?$")
+# What the release_coupling rule kind calls a release that added synchronous LLM calls (its
+# ``min_sync_llm_increase`` default): the landing page counts the releases the rule fires on.
+SYNC_LLM_INCREASE: Final = 0.5
 
 
 @dataclass(frozen=True)
@@ -66,6 +82,9 @@ class AlertEntry:
     # The firing transition that opened the current (or last) episode; None: before the window.
     since: datetime | None
     resolved_at: datetime | None
+    # The page holding the evidence, relative to the landing page, when the alert carries its own
+    # (the run page of the analysis behind it); else the view of the page's own analysis.
+    link: str = ""
 
 
 def evidence_view(alert: Mapping[str, Any]) -> View:
@@ -155,6 +174,46 @@ def alert_entries(alerts: pl.DataFrame | None) -> list[AlertEntry]:
                 resolved_at=None if firing else last["at"],
             )
         )
+    return _ordered(entries)
+
+
+def current_entries(states: pl.DataFrame | None) -> list[AlertEntry]:
+    """One entry per alert of ``slo_rules.list_alerts`` (its state now): firing first (pages
+    before tickets, the most recent first), then resolved, most recent first. Pending alerts are
+    not listed. Each entry links to the run page its ``dashboard`` annotation names, as a path
+    relative to ``/dashboards/`` (``runs/<run>/<view>.html``), whatever host the link was written for."""
+    if states is None or not states.height:
+        return []
+    entries: list[AlertEntry] = []
+    for row in states.iter_rows(named=True):
+        state = str(row.get("state") or "")
+        if state not in ("firing", "resolved"):
+            continue
+        link = ""
+        for url in _dashboard_links(row):
+            found = _RUN_PAGE.search(url)
+            if found and found.group(2) in VIEWS:
+                link = f"runs/{found.group(1)}/{found.group(2)}.html"
+                break
+        entries.append(
+            AlertEntry(
+                fingerprint=str(row.get("fingerprint") or ""),
+                alertname=str(row.get("alertname") or ""),
+                severity=str(row.get("severity") or ""),
+                where=where(row),
+                cause=str(row.get("cause") or ""),
+                summary=str(row.get("summary") or ""),
+                view=evidence_view(row),
+                firing=state == "firing",
+                since=row.get("starts_at"),
+                resolved_at=row.get("ends_at") if state == "resolved" else None,
+                link=link,
+            )
+        )
+    return _ordered(entries)
+
+
+def _ordered(entries: list[AlertEntry]) -> list[AlertEntry]:
     firing_now = [e for e in entries if e.firing]
     firing_now.sort(key=lambda e: e.since.timestamp() if e.since else float("-inf"), reverse=True)
     firing_now.sort(key=lambda e: _SEVERITY_ORDER.get(e.severity, 2))
@@ -182,10 +241,21 @@ def _span(seconds: float) -> str:
     return " ".join(parts[:2])
 
 
-def _link(view: View, formats: Sequence[str]) -> str:
-    page = f"{view}.html" if "html" in formats else f"{view}.png"
-    name = VIEW_TITLES[view].split(":")[0]
-    return f'<a class="evidence" href="{page}">{html.escape(name)} →</a>'
+@dataclass(frozen=True)
+class _Links:
+    """Where the page's links go: ``base`` + ``<view>.html`` (or ``.png`` when only PNGs exist)."""
+
+    base: str = ""
+    formats: Sequence[str] = ("html",)
+
+    def view(self, view: View) -> str:
+        return f"{self.base}{view}.html" if "html" in self.formats else f"{self.base}{view}.png"
+
+
+def _link(e: AlertEntry, links: _Links) -> str:
+    href = e.link or links.view(e.view)
+    name = VIEW_TITLES[e.view].split(":")[0]
+    return f'<a class="evidence" href="{html.escape(href, quote=True)}">{html.escape(name)} →</a>'
 
 
 def _cause_cell(e: AlertEntry) -> str:
@@ -199,32 +269,41 @@ def _alert_name(e: AlertEntry) -> str:
     return f"<td><b>{html.escape(e.alertname)}</b>{severity}</td>"
 
 
-def _firing_section(entries: list[AlertEntry], analysis: Analysis, formats: Sequence[str]) -> str:
+@dataclass(frozen=True)
+class _Moment:
+    """What the alert sections describe: the state at ``at`` (a window's end, or now)."""
+
+    at: datetime
+    quiet: str  # said when nothing fires
+    resolved_title: str
+    window_start: datetime | None = None  # an alert firing since before the window
+
+
+def _firing_section(entries: list[AlertEntry], moment: _Moment, links: _Links) -> str:
     firing = [e for e in entries if e.firing]
-    window_end = _when(analysis.end)
     if not firing:
         return (
             '<section class="firing"><h2>Firing now: nothing</h2>'
-            f'<p class="quiet">No alert is firing at the end of the window ({window_end}).</p></section>'
+            f'<p class="quiet">{html.escape(moment.quiet)}</p></section>'
         )
     rows = []
     for e in firing:
         if e.since is None:
-            since = f"before {_when(analysis.start)}"
+            since = f"before {_when(moment.window_start)}" if moment.window_start else "before the window"
         else:
-            since = f"{_when(e.since)} (for {_span((analysis.end - e.since).total_seconds())})"
+            since = f"{_when(e.since)} (for {_span((moment.at - e.since).total_seconds())})"
         rows.append(
             f'<tr class="alert-firing">{_alert_name(e)}<td>{html.escape(e.where)}</td>'
-            f"<td>{html.escape(since)}</td>{_cause_cell(e)}<td>{_link(e.view, formats)}</td></tr>"
+            f"<td>{html.escape(since)}</td>{_cause_cell(e)}<td>{_link(e, links)}</td></tr>"
         )
     return (
-        f'<section class="firing"><h2>Firing now ({len(firing)}) at {window_end}</h2>'
+        f'<section class="firing"><h2>Firing now ({len(firing)}) at {_when(moment.at)}</h2>'
         '<table class="alerts"><tr><th>alert</th><th>where</th><th>firing since</th>'
         "<th>cause — summary</th><th>evidence</th></tr>" + "".join(rows) + "</table></section>"
     )
 
 
-def _resolved_section(entries: list[AlertEntry], formats: Sequence[str]) -> str:
+def _resolved_section(entries: list[AlertEntry], moment: _Moment, links: _Links) -> str:
     resolved = [e for e in entries if not e.firing]
     if not resolved:
         return ""
@@ -234,7 +313,7 @@ def _resolved_section(entries: list[AlertEntry], formats: Sequence[str]) -> str:
         when = f"{fired} → {_when(e.resolved_at)}" if e.resolved_at else fired
         rows.append(
             f'<tr class="alert-resolved">{_alert_name(e)}<td>{html.escape(e.where)}</td>'
-            f"<td>{html.escape(when)}</td>{_cause_cell(e)}<td>{_link(e.view, formats)}</td></tr>"
+            f"<td>{html.escape(when)}</td>{_cause_cell(e)}<td>{_link(e, links)}</td></tr>"
         )
     more = (
         f'<p class="meta">{len(resolved) - MAX_RESOLVED} more on the alerts timeline.</p>'
@@ -242,9 +321,33 @@ def _resolved_section(entries: list[AlertEntry], formats: Sequence[str]) -> str:
         else ""
     )
     return (
-        f'<section class="resolved"><h2>Resolved in this window ({len(resolved)})</h2>'
+        f'<section class="resolved"><h2>{html.escape(moment.resolved_title)} ({len(resolved)})</h2>'
         '<table class="alerts"><tr><th>alert</th><th>where</th><th>fired → resolved</th>'
         "<th>cause — summary</th><th>evidence</th></tr>" + "".join(rows) + f"</table>{more}</section>"
+    )
+
+
+def _views_section(analysis: Analysis, links: _Links, alerts_line: str) -> str:
+    items = []
+    for view in VIEWS:
+        anchors = []
+        if "html" in links.formats:
+            href = html.escape(f"{links.base}{view}.html", quote=True)
+            anchors.append(f'<a href="{href}">{html.escape(VIEW_TITLES[view])}</a>')
+        if "png" in links.formats:
+            href = html.escape(f"{links.base}{view}.png", quote=True)
+            label = "PNG" if anchors else html.escape(VIEW_TITLES[view]) + " (PNG)"
+            anchors.append(f'<a href="{href}">{label}</a>')
+        line = html.escape(alerts_line if view == "alerts" else headline(view, analysis, None))
+        items.append(
+            f'<li>{" · ".join(anchors)}<br><span class="desc">{html.escape(VIEW_DESCRIPTIONS[view])}'
+            f"{' — ' + line if line else ''}</span></li>"
+        )
+    return (
+        '\n<section class="views"><h2>Views</h2>'
+        '<p>Colours: <span class="legend-llm">LLM time</span> and '
+        '<span class="legend-internal">internal time</span> are the same in every view; times are UTC.</p>\n'
+        f'<ul class="views">{"".join(items)}</ul></section>'
     )
 
 
@@ -252,32 +355,64 @@ def index_body(
     analysis: Analysis, alerts: pl.DataFrame | None, formats: Sequence[str], head: str, notes: Sequence[str]
 ) -> str:
     """The landing page's body: ``head`` (nav and meta, already HTML), the firing and resolved
-    alerts, then the views with their headlines."""
+    alerts at the window's end, then the views with their headlines."""
     entries = alert_entries(alerts)
+    links = _Links("", formats)
+    moment = _Moment(
+        at=analysis.end,
+        quiet=f"No alert is firing at the end of the window ({_when(analysis.end)}).",
+        resolved_title="Resolved in this window",
+        window_start=analysis.start,
+    )
     note_html = "".join(f'<p class="meta">{html.escape(n)}</p>' for n in notes)
-    items = []
-    for view in VIEWS:
-        links = []
-        if "html" in formats:
-            links.append(f'<a href="{view}.html">{html.escape(VIEW_TITLES[view])}</a>')
-        if "png" in formats:
-            links.append(
-                f'<a href="{view}.png">{"PNG" if links else html.escape(VIEW_TITLES[view]) + " (PNG)"}</a>'
-            )
-        line = html.escape(headline(view, analysis, alerts))
-        items.append(
-            f'<li>{" · ".join(links)}<br><span class="desc">{html.escape(VIEW_DESCRIPTIONS[view])}'
-            f"{' — ' + line if line else ''}</span></li>"
-        )
     return (
         f"{head}\n{note_html}"
-        + _firing_section(entries, analysis, formats)
-        + _resolved_section(entries, formats)
-        + '\n<section class="views"><h2>Views</h2>'
-        '<p>Colours: <span class="legend-llm">LLM time</span> and '
-        '<span class="legend-internal">internal time</span> are the same in every view; times are UTC.</p>\n'
-        f'<ul class="views">{"".join(items)}</ul></section>'
+        + _firing_section(entries, moment, links)
+        + _resolved_section(entries, moment, links)
+        + _views_section(analysis, links, headline("alerts", analysis, alerts))
     )
+
+
+def live_index_body(
+    analysis: Analysis | None,
+    states: pl.DataFrame | None,
+    *,
+    now: datetime,
+    head: str,
+    views_base: str,
+    waiting: str = "",
+    resolved_since: datetime | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The landing page a service renders on request: the alerts as they are ``now``
+    (``states``: ``slo_rules.list_alerts``, resolved ones since ``resolved_since``), each linking
+    to its own analysis' page when it carries one; then the views of ``analysis`` (the latest
+    scheduled one) at ``views_base`` (``runs/<run id>/``), or, before any analysis, ``waiting``:
+    what the page waits for, in words."""
+    entries = current_entries(states)
+    links = _Links(views_base, ("html",))
+    since = f"since {_when(resolved_since)}" if resolved_since else "recently"
+    moment = _Moment(
+        at=now, quiet=f"No alert is firing now ({_when(now)}).", resolved_title=f"Resolved {since}"
+    )
+    note_html = "".join(f'<p class="meta">{html.escape(n)}</p>' for n in notes)
+    body = (
+        f"{head}\n{note_html}"
+        + _firing_section(entries, moment, links)
+        + _resolved_section(entries, moment, links)
+    )
+    if analysis is None:
+        return (
+            body + '\n<section class="waiting"><h2>Waiting for the first analysis</h2>'
+            f'<p class="waiting">{html.escape(waiting)}</p></section>'
+        )
+    firing = sum(e.firing for e in entries)
+    alerts_line = (
+        f"{count_of(len(entries), 'alert')} now: {firing} firing, {len(entries) - firing} resolved"
+        if entries
+        else NO_ALERTS_TEXT
+    )
+    return body + _views_section(analysis, links, alerts_line)
 
 
 # --- one line per view ------------------------------------------------------------------------
@@ -296,31 +431,51 @@ def _op(row: Mapping[str, Any]) -> str:
     return f"{row['service']} · {row['operation']}"
 
 
+def _signed(ms: float | None) -> str:
+    return "n/a" if ms is None else f"{ms:+,.0f} ms"
+
+
+def release_findings(analysis: Analysis) -> list[str]:
+    """The releases in the analysis window the ``release_coupling`` rule kind fires on, as text:
+    a significant p99 step up, or at least :data:`SYNC_LLM_INCREASE` more synchronous LLM calls
+    per request than the version before (largest step first)."""
+    out: list[tuple[float, str]] = []
+    for r in analysis.releases.iter_rows(named=True):
+        released = r.get("released_at")
+        if released is None or not analysis.start <= released < analysis.end:
+            continue
+        delta = r.get("p99_delta_ms")
+        before, after = r.get("sync_llm_calls_per_request_before"), r.get("sync_llm_calls_per_request_after")
+        what = []
+        if r.get("significant") and delta is not None and delta > 0:
+            what.append(f"p99 {fmt_ms(r['p99_before_ms'])} → {fmt_ms(r['p99_after_ms'])}")
+        if before is not None and (after or 0.0) - before >= SYNC_LLM_INCREASE:
+            what.append(f"sync LLM calls {before:.1f} → {after or 0.0:.1f} per request")
+        if what:
+            out.append((delta or 0.0, f"{r['version']} on {_op(r)}: {', '.join(what)}"))
+    return [text for _, text in sorted(out, key=lambda item: -item[0])]
+
+
 def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str:
     """One line per view for the landing page naming what stands out and where (plain text; the
     caller escapes it)."""
     if view == "hot_path":
-        coupled = analysis.release_coupling.filter(pl.col("coupled").fill_null(False))
-        steps = analysis.releases.filter(
-            pl.col("significant").fill_null(False)
-            & (pl.col("released_at") >= analysis.start)
-            & (pl.col("released_at") <= analysis.end)
-        ).sort("p99_delta_ms", descending=True, nulls_last=True)
+        # The words of the release_coupling rule kind, one meaning each: a release that stepped p99
+        # up or added synchronous LLM calls (what `hot-path-release-coupling` fires on), and,
+        # named apart, an operation whose p99 rises with releases (the trend).
+        rising = analysis.release_coupling.filter(pl.col("coupled").fill_null(False))
+        findings = release_findings(analysis)
         operations = count_of(analysis.hot_path.height, "operation")
         return (
-            f"{operations}, {coupled.height} with p99 coupled to releases"
+            f"{operations}; {count_of(len(findings), 'release')} in the window stepped p99 up or added "
+            "sync LLM calls"
+            + _names(findings)
+            + f"; {count_of(rising.height, 'operation')} whose p99 rises with releases"
             + _names(
                 [
                     f"{_op(r)} ({r['p99_slope_ms_per_release'] or 0:+,.0f} ms/release)"
-                    for r in coupled.iter_rows(named=True)
+                    for r in rising.iter_rows(named=True)
                 ]
-            )
-            + _names(
-                [
-                    f"{r['version']} on {_op(r)} {fmt_ms(r['p99_before_ms'])} → {fmt_ms(r['p99_after_ms'])}"
-                    for r in steps.iter_rows(named=True)
-                ],
-                lead="; p99 steps: ",
             )
         )
     if view == "cold_path":
@@ -353,17 +508,31 @@ def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str
             ]
         )
     if view == "attribution":
-        regressions = analysis.attribution.filter(pl.col("verdict").fill_null("none") != "none").sort(
+        rows = analysis.attribution
+        if not rows.height:
+            return "no hot-path operation to compare with the baseline"
+        no_baseline = rows.filter(pl.col("baseline_requests").fill_null(0) == 0)
+        regressions = rows.filter(pl.col("verdict").fill_null("none") != "none").sort(
             "delta_ms", descending=True, nulls_last=True
         )
-        if not regressions.height:
-            return "no p99 regression against the baseline"
-        return count_of(regressions.height, "p99 regression") + _names(
-            [
-                f"{_op(r)} {fmt_ms(r['baseline_p99_ms'])} → {fmt_ms(r['current_p99_ms'])} ({r['verdict']})"
-                for r in regressions.iter_rows(named=True)
-            ]
-        )
+        if regressions.height:
+            text = count_of(regressions.height, "p99 regression") + _names(
+                [
+                    f"{_op(r)} Δp99 {_signed(r['delta_ms'])} (p99 {fmt_ms(r['baseline_p99_ms'])} → "
+                    f"{fmt_ms(r['current_p99_ms'])}, {r['verdict']})"
+                    for r in regressions.iter_rows(named=True)
+                ]
+            )
+        elif no_baseline.height == rows.height:
+            # Nothing to compare with is not "no regression".
+            return "no baseline data: the baseline window held no request of any operation"
+        else:
+            text = "no p99 regression against the baseline"
+        if no_baseline.height:
+            text += f"; no baseline data for {count_of(no_baseline.height, 'operation')}" + _names(
+                [_op(r) for r in no_baseline.iter_rows(named=True)]
+            )
+        return text
     if view == "boundary":
         over = analysis.boundary.filter(
             pl.col("recommendation").is_not_null() & (pl.col("recommendation") != "keep")

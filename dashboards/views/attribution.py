@@ -27,19 +27,46 @@ from dashboards.views._common import (
     rows_of,
 )
 
-__all__ = ["EXEMPLARS", "NO_CHANGE_SHARE", "SPLIT_AXIS_TITLE", "TOP_SPANS", "attribution_figure"]
+__all__ = [
+    "EXEMPLARS",
+    "NO_BASELINE_TEXT",
+    "NO_CHANGE_SHARE",
+    "SPANS_TITLE",
+    "SPLIT_AXIS_TITLE",
+    "SPLIT_TITLE",
+    "TOP_SPANS",
+    "attribution_figure",
+    "split_label",
+]
 
 TOP_SPANS: Final = 8
 EXEMPLARS: Final = 3
 # What the split bars are: not the p99 delta (the headline gives that) but the change in mean time
 # per tail trace on the critical path, per class (analytics.attribution).
 SPLIT_AXIS_TITLE: Final = "Δ mean critical-path time per tail trace, baseline → current"
+SPLIT_TITLE: Final = "LLM vs internal: Δ mean per tail trace"
+SPANS_TITLE: Final = "top spans behind the change (Δ ms)"
 # A split whose parts are all below this share of the shared scale is drawn as "no change".
 NO_CHANGE_SHARE: Final = 0.02
+# An operation whose baseline window held no request has nothing to compare with.
+NO_BASELINE_TEXT: Final = "no baseline data"
+# Pixels of one line of a headline, of the column titles' line, and of a row's x ticks and title.
+LINE_PX: Final = 20
+COLUMN_TITLE_PX: Final = 26
+AXIS_PX: Final = 70
+TITLE_TOP_PX: Final = 16
+# Alerts named under an operation's headline, one per line.
+MAX_ALERT_LINES: Final = 3
 
 
 def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -> go.Figure:
     """Per operation: the p99 delta split into LLM vs internal, the spans behind it, exemplars, signals.
+
+    Two different numbers sit side by side and each says which it is: the operation's headline
+    gives the **p99 change** (Δp99, baseline → current p99), the bars the **change in mean
+    critical-path time per tail trace** (what the split is measured on; the tail traces are the
+    requests at or above each window's p99, so their mean moves by more or less than the p99
+    does), with each side's share of the p99 rise when it rose.
 
     The page around the figure lists the same exemplars as links to the user's trace viewer
     (``dashboards.export``): plotly.js re-encodes the URLs of links drawn inside a figure."""
@@ -51,18 +78,12 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
     )
     ops = list(ordered.select("service", "operation").iter_rows())[:MAX_PANELS]
     signals = analysis.llm_signals
+    headlines: list[list[str]] = []
     titles: list[str] = []
     for service, operation in ops:
         a = rows_of(attribution, service, operation).row(0, named=True)
-        title = (
-            f"{op_label(service, operation)}: p99 {fmt_ms(a['baseline_p99_ms'])} → "
-            f"{fmt_ms(a['current_p99_ms'])} "
-            f"({_fmt_delta(a['delta_ms'])}), verdict <b>{esc(a['verdict'])}</b>"
-        )
-        fired = _alerts_for(alerts, service, operation)
-        if fired:
-            title += f"<br>alerts: {fired}"
-        titles += [title, "top spans behind the change (Δ ms on the critical path)"]
+        headlines.append(_headline(a, _alerts_for(alerts, service, operation)))
+        titles += [SPLIT_TITLE, SPANS_TITLE]
     rows = len(ops)
     specs: list[list[dict[str, Any] | None]] = [[{"type": "xy"}, {"type": "xy"}] for _ in ops]
     specs.append([{"type": "table", "colspan": 2}, None])
@@ -74,7 +95,11 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
     pixels = [260] * rows + [60 + 36 * rows]
     if signals.height:
         pixels.append(70 + 34 * signals.height)
-    gap = 120  # room for a row's x-axis title and the next row's two-line headline
+    # Above each chart row, from the top: the operation's headline (one line, and one per alert),
+    # then the two column titles; below it the x-axis ticks and title. Each gets its own pixels so
+    # no two texts share a line at any page width.
+    headline_px = LINE_PX * max(len(h) for h in headlines)
+    gap = AXIS_PX + COLUMN_TITLE_PX + headline_px
     total = sum(pixels) + gap * (len(pixels) - 1)
     fig = make_subplots(
         rows=len(specs),
@@ -86,10 +111,22 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
         vertical_spacing=gap / total,
         horizontal_spacing=0.22,
     )
-    # The operation's headline spans the row: anchor it at the left edge instead of centring it
-    # over the narrow first column.
-    for i in range(rows):
-        fig.layout.annotations[2 * i].update(x=0.0, xanchor="left", align="left")
+    for i, lines in enumerate(headlines):
+        # The operation's headline spans the row, left-aligned, above its two column titles.
+        top = fig.layout.annotations[2 * i].y
+        fig.add_annotation(
+            text="<br>".join(lines),
+            xref="paper",
+            yref="paper",
+            x=0.0,
+            y=top,
+            xanchor="left",
+            yanchor="bottom",
+            yshift=COLUMN_TITLE_PX,
+            align="left",
+            showarrow=False,
+            font={"size": 14},
+        )
     # One scale for every operation: a change of a millisecond must look like one next to a change
     # of seconds, not fill its own panel.
     split_range = _shared_range(
@@ -113,10 +150,7 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
                 go.Bar(
                     x=[a[column]],
                     # The numbers are the category label: horizontal, outside the bar, always readable.
-                    y=[
-                        f"{cls} {_fmt_delta(a[column])}"
-                        + (f" ({share:.0%})" if rose and share is not None else "")
-                    ],
+                    y=[split_label(cls, a[column], share if rose else None)],
                     orientation="h",
                     name=cls,
                     legendgroup=cls,
@@ -126,16 +160,17 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
                     hovertemplate=(
                         "%{customdata[0]} · %{customdata[1]}<br>%{customdata[2]} time on the critical path "
                         "of the tail traces (at or above p99):<br>%{x:+,.0f} ms per trace, mean, baseline → "
-                        "current<br>%{customdata[3]}<extra></extra>"
+                        "current (not the p99 change)<br>%{customdata[3]}<extra></extra>"
                     ),
                 ),
                 row=row,
                 col=1,
             )
-        if _no_change(a["llm_delta_ms"], a["internal_delta_ms"], split_range):
+        no_baseline = not a["baseline_requests"]
+        if no_baseline or _no_change(a["llm_delta_ms"], a["internal_delta_ms"], split_range):
             xref, yref = axis_refs(fig, row, 1)
             fig.add_annotation(
-                text="no change in the tail",
+                text=NO_BASELINE_TEXT if no_baseline else "no change in the tail",
                 xref=f"{xref} domain",
                 yref=f"{yref} domain",
                 x=0.98,
@@ -195,9 +230,45 @@ def attribution_figure(analysis: Analysis, alerts: pl.DataFrame | None = None) -
     )
     if extra:
         subtitle += f" · {extra}"
-    height = 170 + total
+    # The first row's headline and column titles sit in the top margin, under the figure's title.
+    margin = dict(style.base_layout(VIEW_TITLES["attribution"], subtitle, 1)["margin"])
+    margin["t"] += COLUMN_TITLE_PX + headline_px
+    height = margin["t"] + margin["b"] + total
     fig.update_layout(**style.base_layout(VIEW_TITLES["attribution"], subtitle, height))
+    # The title stays at the top of the taller margin (plotly centres it there by default, down
+    # onto the first headline).
+    fig.update_layout(
+        margin=margin, title={"yref": "container", "y": 1.0 - TITLE_TOP_PX / height, "yanchor": "top"}
+    )
     return fig
+
+
+def split_label(cls: str, delta_ms: float | None, share: float | None) -> str:
+    """A split bar's label: its number, what the number is, and its share of the p99 rise (only
+    when the p99 rose)."""
+    label = f"{cls} {_fmt_delta(delta_ms)} per tail trace"
+    return label + (f"<br>{share:.0%} of the p99 rise" if share is not None else "")
+
+
+def _headline(a: dict[str, Any], fired: list[str]) -> list[str]:
+    """The operation's headline lines (escaped): the p99 change and verdict, or that the baseline
+    held no request; then one line per alert that names the operation."""
+    op = op_label(a["service"], a["operation"])
+    if not a["baseline_requests"]:
+        lines = [
+            f"{op}: {NO_BASELINE_TEXT} (0 requests in the baseline window), "
+            f"p99 now {fmt_ms(a['current_p99_ms'])}"
+        ]
+    else:
+        lines = [
+            f"{op}: Δp99 {_fmt_delta(a['delta_ms'])} (p99 {fmt_ms(a['baseline_p99_ms'])} → "
+            f"{fmt_ms(a['current_p99_ms'])}), verdict <b>{esc(a['verdict'])}</b>"
+        ]
+    shown = fired[:MAX_ALERT_LINES]
+    lines += [f"alert: {f}" for f in shown]
+    if len(fired) > len(shown):
+        lines[-1] += f"; and {len(fired) - len(shown)} more"
+    return lines
 
 
 def _shared_range(rows: list[tuple[float | None, ...]]) -> list[float]:
@@ -219,19 +290,19 @@ def _fmt_delta(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+,.0f} ms"
 
 
-def _alerts_for(alerts: pl.DataFrame | None, service: str, operation: str) -> str:
+def _alerts_for(alerts: pl.DataFrame | None, service: str, operation: str) -> list[str]:
     """The alerts that name this operation, escaped, most recent status of each."""
     if alerts is None or not alerts.height or "service" not in alerts.columns:
-        return ""
+        return []
     mine = (
         alerts.filter((pl.col("service") == service) & (pl.col("operation") == operation))
         .sort("at")
         .unique(subset=["fingerprint"], keep="last", maintain_order=True)
     )
-    return ", ".join(
+    return [
         f"{esc(r['alertname'])} ({esc(r['status'])}, cause {esc(r['cause'] or 'n/a')})"
         for r in mine.iter_rows(named=True)
-    )
+    ]
 
 
 def _exemplar_table(attribution: pl.DataFrame) -> go.Table:

@@ -62,7 +62,7 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
         c = rows_of(coupling, service, operation)
         if c.height and c["coupled"][0]:
             title += (
-                f"<br><b>p99 coupled to releases</b>: ρ={c['spearman_rho'][0]:.2f}, "
+                f"<br><b>p99 rises with releases</b>: ρ={c['spearman_rho'][0]:.2f}, "
                 f"{c['p99_slope_ms_per_release'][0]:+,.0f} ms/release"
             )
         titles.append(title)

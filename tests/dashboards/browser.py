@@ -115,3 +115,45 @@ def open_page(browser: Any, path: Path, screenshot_dir: Path) -> PageReport:
     finally:
         context.close()
     return report
+
+
+_TEXT_BOXES = """() => Array.from(document.querySelectorAll('.js-plotly-plot svg text'))
+  .filter(t => t.textContent.trim() && !t.closest('g.table'))
+  .map(t => { const b = t.getBoundingClientRect();
+              return {text: t.textContent, x: b.x, y: b.y, width: b.width, height: b.height}; })
+  .filter(b => b.width > 0 && b.height > 0)"""
+
+
+def text_boxes(browser: Any, path: Path, width: int, screenshot: Path | None = None) -> list[dict[str, Any]]:
+    """The bounding box of every text drawn in the page's figures (titles, annotations, axis titles,
+    tick labels, legend; not table cells) at a viewport ``width`` px wide, from disk, offline."""
+    context = browser.new_context(offline=True, viewport={"width": width, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(path.resolve().as_uri(), wait_until="load")
+        page.wait_for_function(
+            "() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+            ".every(d => d.querySelector('svg.main-svg'))",
+            timeout=20_000,
+        )
+        page.wait_for_timeout(200)
+        boxes: list[dict[str, Any]] = page.evaluate(_TEXT_BOXES)
+        if screenshot is not None:
+            page.screenshot(path=str(screenshot), full_page=True)
+    finally:
+        context.close()
+    return boxes
+
+
+def overlapping(boxes: list[dict[str, Any]], slack: float = 1.0) -> list[tuple[str, str]]:
+    """Pairs of texts whose boxes intersect by more than ``slack`` px each way."""
+
+    def meets(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        return (
+            a["x"] < b["x"] + b["width"] - slack
+            and b["x"] < a["x"] + a["width"] - slack
+            and a["y"] < b["y"] + b["height"] - slack
+            and b["y"] < a["y"] + a["height"] - slack
+        )
+
+    return [(a["text"], b["text"]) for i, a in enumerate(boxes) for b in boxes[i + 1 :] if meets(a, b)]

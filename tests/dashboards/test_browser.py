@@ -9,10 +9,10 @@ import pytest
 from collectors import insert_spans
 from dashboards import VIEWS, export_dashboards, write_dashboards
 from dashboards.export import TRACE_END_SLACK
-from dashboards.views.attribution import EXEMPLARS
+from dashboards.views.attribution import EXEMPLARS, SPANS_TITLE, SPLIT_TITLE
 from slo_rules import trace_link
 from storage import Store
-from tests.dashboards.browser import chromium, open_page
+from tests.dashboards.browser import chromium, open_page, overlapping, text_boxes
 from tests.dashboards.frames import (
     HOSTILE,
     HOSTILE_FLAG,
@@ -70,6 +70,24 @@ def test_every_page_renders_offline_with_hostile_names_as_text(
         assert index.console_errors == [] and index.blocked_requests == [] and index.dialogs == []
         assert set(index.dom["links"]) >= {f"{v}.html" for v in VIEWS} | {"index.html"}
         assert "no alerts in this window" not in index.dom["bodyText"]
+
+
+def test_attribution_titles_never_overlap_at_common_widths(tmp_path: Path) -> None:
+    """Issue 38: the operation's headline ran into "top spans behind the change". At 1280 and 1920
+    px, with hostile names and four alerts under one operation, no two texts of the figure share
+    pixels (bounding boxes from the page), and the headline is above both column titles."""
+    write_dashboards(sample_analysis(hostile=True), tmp_path, alerts=oncall_alerts(hostile=True))
+    with chromium() as browser:
+        for width in (1280, 1920):
+            shot = tmp_path / f"attribution-{width}.png"
+            boxes = text_boxes(browser, tmp_path / "attribution.html", width, screenshot=shot)
+            assert overlapping(boxes) == [], width
+            headline = next(b for b in boxes if b["text"].startswith(f"chat-api · {HOSTILE}: Δp99"))
+            columns = [b for b in boxes if b["text"] in (SPLIT_TITLE, SPANS_TITLE)]
+            assert len(columns) == 4, [b["text"] for b in boxes]
+            assert headline["y"] + headline["height"] <= min(b["y"] for b in columns) + 1
+            assert "alert: hot-path-p99-regression" in headline["text"]
+            assert shot.stat().st_size > 10_000
 
 
 def test_landing_page_shows_what_is_firing_as_text(tmp_path: Path) -> None:

@@ -15,11 +15,13 @@ from click.testing import CliRunner, Result
 from analytics import load_run
 from collectors import insert_spans
 from dashboards import (
+    PLOTLY_JS,
     VIEWS,
     DashboardError,
     PngExportError,
     build_figures,
     export_dashboards,
+    plotly_js_source,
     write_dashboards,
 )
 from dashboards.export import write_pngs
@@ -76,8 +78,32 @@ def test_pages_are_self_contained_and_escaped(tmp_path: Path) -> None:
     index = (tmp_path / "index.html").read_text(encoding="utf-8")
     for view in VIEWS:
         assert f'href="{view}.html"' in index
-    assert "2 operations, 1 with p99 coupled to releases" in index
+    assert "2 operations; 1 release in the window stepped p99 up or added sync LLM calls" in index
     assert "2 queues, 1 starved" in index
+
+
+def test_pages_written_together_can_share_one_plotly_js(tmp_path: Path) -> None:
+    """``shared``: one copy beside the pages, each page ~1% of an inlined one; a served URL: no copy."""
+    inline = write_dashboards(sample_analysis(hostile=False), tmp_path / "inline")
+    shared = write_dashboards(sample_analysis(hostile=False), tmp_path / "shared", plotly_js="shared")
+    assert [p.name for p in shared] == [PLOTLY_JS, *HTML_FILES]
+    assert (tmp_path / "shared" / PLOTLY_JS).read_bytes() == plotly_js_source().read_bytes()
+    sizes = {p.name: p.stat().st_size for p in inline}
+    for path in shared[1:-1]:
+        text = path.read_text(encoding="utf-8")
+        assert re.findall(r'<script[^>]+src="([^"]+)"', text) == [PLOTLY_JS], path.name
+        assert "plotly.js v" not in text and text.count("Plotly.newPlot(") == 1, path.name
+        assert path.stat().st_size < sizes[path.name] / 20, path.name
+    served = write_dashboards(
+        sample_analysis(hostile=False), tmp_path / "served", plotly_js=f"../../{PLOTLY_JS}"
+    )
+    assert [p.name for p in served] == HTML_FILES  # nothing but the pages
+    attribution = (tmp_path / "served" / "attribution.html").read_text(encoding="utf-8")
+    assert re.findall(r'<script[^>]+src="([^"]+)"', attribution) == [f"../../{PLOTLY_JS}"]
+    with pytest.raises(
+        DashboardError, match=r"plotly_js: expected 'inline', 'shared' or a URL ending in \.js"
+    ):
+        write_dashboards(sample_analysis(hostile=False), tmp_path / "bad", plotly_js='x.js" onload="y')
 
 
 def test_unknown_format_lists_the_allowed_ones(tmp_path: Path) -> None:

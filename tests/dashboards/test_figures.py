@@ -103,7 +103,7 @@ def test_hot_path_traces_match_series_and_releases(analysis: Analysis, figures: 
     assert sorted(s.x0 for s in lines) == sorted(_naive(analysis.releases["released_at"].to_list()))
     labels = " ".join(a.text for a in fig.layout.annotations)
     assert esc(HOSTILE) + " +800 ms" in labels and "1.4.0" in labels and "2.0.1" in labels
-    assert "p99 coupled to releases" in labels and "+800 ms/release" in labels
+    assert "p99 rises with releases" in labels and "+800 ms/release" in labels
 
 
 def test_cold_path_traces_match(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
@@ -424,13 +424,19 @@ def test_attribution_bars_say_what_they_are_and_share_one_scale(analysis: Analys
     assert all(abs(t.x[0]) / (hi - lo) < 0.01 for t in unchanged)
     assert "no change in the tail" in [a.text for a in fig.layout.annotations]
     # A p99 that did not rise is not split into shares: no "(0%)".
-    assert {t.y[0] for t in unchanged} == {"LLM -1 ms", "internal +0 ms"}
+    assert {t.y[0] for t in unchanged} == {"LLM -1 ms per tail trace", "internal +0 ms per tail trace"}
     assert all(t.customdata[0][3] == "p99 did not rise" for t in unchanged)
     # The numbers are horizontal category labels, not text squeezed (and rotated) into the bars.
     assert all(t.text is None for t in split)
     regressed = {t.name: t.y[0] for t in split if t.customdata[0][1] == esc(HOSTILE)}
-    assert regressed == {"LLM": "LLM +720 ms (90%)", "internal": "internal +80 ms (10%)"}
+    assert regressed == {
+        "LLM": "LLM +720 ms per tail trace<br>90% of the p99 rise",
+        "internal": "internal +80 ms per tail trace<br>10% of the p99 rise",
+    }
     assert "90% of the p99 rise" in [t.customdata[0][3] for t in split]
+    # The headline names its number as the p99 change, apart from the bars' per-trace means.
+    headlines = [a.text for a in fig.layout.annotations if "verdict" in a.text]
+    assert any("Δp99 +800 ms (p99 1,300 ms → 2,100 ms)" in h for h in headlines), headlines
 
 
 def test_the_legend_sits_below_the_modebar(figures: dict[str, go.Figure]) -> None:
@@ -482,3 +488,20 @@ def test_a_first_or_unnamed_version_is_not_drawn_as_a_release(analysis: Analysis
     drawn = {v for t in _traces(fig, "release") for v in (row[0] for row in t.customdata)}
     assert "0.9.0" not in drawn and "" not in drawn
     assert drawn == {esc(v) for v in analysis.releases["version"].to_list()}
+
+
+def test_an_operation_without_baseline_requests_says_no_baseline_data(analysis: Analysis) -> None:
+    attribution = analysis.attribution.with_columns(
+        pl.lit(0, dtype=pl.Int64).alias("baseline_requests"),
+        pl.lit(None, dtype=pl.Float64).alias("baseline_p99_ms"),
+        pl.lit(None, dtype=pl.Float64).alias("delta_ms"),
+        pl.lit(0.0).alias("llm_delta_ms"),
+        pl.lit(0.0).alias("internal_delta_ms"),
+        pl.lit("none").alias("verdict"),
+    )
+    fig = build_figures(replace(analysis, attribution=attribution))["attribution"]
+    texts = [a.text for a in fig.layout.annotations]
+    assert texts.count("no baseline data") == attribution.height
+    assert "no change in the tail" not in texts
+    assert any("no baseline data (0 requests in the baseline window)" in t for t in texts)
+    assert not any("Δp99" in t for t in texts)
