@@ -14,7 +14,13 @@ is passed to :func:`deliver` through ``notifier_factory``; receivers check reque
 :func:`verify_signature`.
 """
 
-from slo_rules.engine import EvaluationResult, RuleExplanation, evaluate, last_evaluation
+from slo_rules.engine import (
+    DEFAULT_DASHBOARD_URL,
+    EvaluationResult,
+    RuleExplanation,
+    evaluate,
+    last_evaluation,
+)
 from slo_rules.errors import DeliveryError, RuleError
 from slo_rules.links import check_trace_url, trace_link
 from slo_rules.notifiers import (
@@ -30,10 +36,12 @@ from slo_rules.notifiers import (
 )
 from slo_rules.outbox import DeliveryReport, NotifierStatus, deliver, delivery_status
 from slo_rules.rules import DEFAULT_RULES_PATH, RuleSet, check_rule_files, load_rules
-from slo_rules.state import alert_history, list_alerts
+from slo_rules.state import AlertState, alert_history, list_alerts
 
 __all__ = [
+    "DEFAULT_DASHBOARD_URL",
     "DEFAULT_RULES_PATH",
+    "AlertState",
     "AlertmanagerConfig",
     "DeliveryError",
     "DeliveryReport",

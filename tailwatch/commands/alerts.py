@@ -13,8 +13,11 @@ import click
 import polars as pl
 
 from slo_rules import (
+    DEFAULT_DASHBOARD_URL,
     AlertmanagerConfig,
+    AlertState,
     DeliveryReport,
+    EvaluationResult,
     NotifierConfig,
     NotifierStatus,
     WebhookConfig,
@@ -22,19 +25,27 @@ from slo_rules import (
     deliver,
     delivery_status,
     evaluate,
+    last_evaluation,
     list_alerts,
     load_rules,
 )
 from storage import TailwatchError, format_duration, iso_z, utc_now
-from tailwatch.commands._common import DURATION, ISO_TIME, require_traces, store_option
+from tailwatch.commands._common import DURATION, ISO_TIME, config_option, require_traces, store_option
 from tailwatch.config import (
     ALERTMANAGER_URL_ENV,
+    CONFIG_ENV,
     DASHBOARDS_URL_ENV,
     TRACE_URL_ENV,
     WEBHOOK_SECRET_ENV,
     WEBHOOK_URL_ENV,
+    TailwatchConfig,
+    load_config,
 )
 from tailwatch.remote import RemoteService, store_or_service
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
 
 
 def _notifiers(webhook: str | None, alertmanagers: tuple[str, ...] = ()) -> list[NotifierConfig]:
@@ -151,8 +162,8 @@ def _report_undelivered(report: DeliveryReport) -> None:
         waiting = sum(1 for row in report.undelivered if row.notifier == name)
         how = _CONFIGURE.get(
             kind,
-            f"it is a [[notify.{kind}]] notifier of the service's configuration, which "
-            "`tailwatch serve` delivers",
+            f"name it in a [[notify.{kind}]] entry of the configuration this command reads "
+            f"(--config, ${CONFIG_ENV} or ./tailwatch.toml)",
         )
         if kind == "alertmanager" and name.startswith("alertmanager@"):
             how = f"pass --alertmanager http://{name.removeprefix('alertmanager@')} (the instance it names)"
@@ -171,13 +182,14 @@ def alerts() -> None:
 
 @alerts.command("evaluate")
 @store_option
+@config_option
 @click.option("--at", "at", type=ISO_TIME, default=None, help="Evaluation time [default: now].")
 @click.option(
     "--rules",
     "rule_files",
     multiple=True,
     type=click.Path(path_type=Path, dir_okay=False),
-    help="Rule file (repeatable) [default: the shipped pack].",
+    help="Rule file (repeatable) [default: rules.files of the config, else the shipped pack].",
 )
 @_webhook_option
 @_alertmanager_option
@@ -185,7 +197,8 @@ def alerts() -> None:
     "--dashboard-url",
     envvar=DASHBOARDS_URL_ENV,
     metavar="URL",
-    help=f"Base URL of the exported dashboards, linked from every alert [env {DASHBOARDS_URL_ENV}].",
+    help=f"Base URL of the dashboards, linked from every alert [env {DASHBOARDS_URL_ENV}; default "
+    f"dashboards.public_url of the config, else {DEFAULT_DASHBOARD_URL}].",
 )
 @click.option(
     "--trace-url",
@@ -194,8 +207,19 @@ def alerts() -> None:
     callback=_trace_url,
     help="Your trace viewer's URL of one trace, with {trace_id} (and optionally {start}, {end}, "
     "{start_ms}, {end_ms}): alerts link their exemplar traces there "
-    f"[env {TRACE_URL_ENV}].",
+    f"[env {TRACE_URL_ENV}; default links.trace_url of the config].",
 )
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Say what would fire, resolve and be sent; write, persist and send nothing.",
+)
+@click.option(
+    "--explain",
+    is_flag=True,
+    help="Per rule and alert: fired, firing, pending, quiet, skipped or error, with the reason in numbers.",
+)
+@format_option
 @click.option(
     "--interval",
     type=DURATION,
@@ -208,83 +232,173 @@ def alerts() -> None:
     "--force",
     is_flag=True,
     help=f"Evaluate at an --at more than {format_duration(MAX_FUTURE_AT)} in the future (it resolves "
-    "every alert whose condition is not met then, and notifies the resolutions).",
+    "every alert whose condition is not met then, and notifies the resolutions), or before the last "
+    "evaluation (it rewinds live alert state and notifies again).",
 )
 @click.pass_context
 def evaluate_command(
     ctx: click.Context,
     store_dsn: str | None,
+    config_path: Path | None,
     at: datetime | None,
     rule_files: tuple[Path, ...],
     webhook: str | None,
     alertmanagers: tuple[str, ...],
     dashboard_url: str | None,
     trace_url: str | None,
+    dry_run: bool,
+    explain: bool,
+    fmt: str,
     interval: timedelta,
     force: bool,
 ) -> None:
     """Evaluate the rules once, record alert state, and deliver the notifications.
 
+    The store, rule files, notifiers, links and span conventions come from the configuration
+    (--config, TAILWATCH_CONFIG or ./tailwatch.toml), as `tailwatch serve` reads them; options
+    given here come first.
+
     While `tailwatch serve` owns the store, this runs the service's own evaluate job now instead:
     with its configured rules and notifiers, at its own clock.
 
-    Exits 1 when a rule could not be evaluated (its alerts keep their state).
+    Exits 1 when a rule could not be evaluated (its alerts keep their state), 2 on a usage or
+    configuration error.
     """
     now = utc_now()
-    if at is not None and at - now > MAX_FUTURE_AT and not force:
+    if at is not None and at - now > MAX_FUTURE_AT and not force and not dry_run:
         raise TailwatchError(
             f"--at {iso_z(at)} is {_ahead(at - now)} in the future: evaluating then would "
             "resolve every alert whose condition is not met at that time and notify the "
-            "resolutions; pass --force to do it anyway"
+            "resolutions; pass --dry-run to see what it would do, or --force to do it anyway"
         )
-    at = at or now
-    target = store_or_service(store_dsn, create=True)
+    config = load_config(config_path, overrides={"store": store_dsn})
+    target = store_or_service(config.store, create=True)
     if isinstance(target, RemoteService):
         _refuse_options(
             ctx,
             target,
             "evaluates at its own time with the rules, notifiers and links of its configuration",
-            ("at", "rule_files", "webhook", "alertmanagers", "dashboard_url", "trace_url", "interval"),
+            (
+                "at",
+                "rule_files",
+                "webhook",
+                "alertmanagers",
+                "dashboard_url",
+                "trace_url",
+                "interval",
+                "dry_run",
+                "explain",
+            ),
         )
         _run_evaluate_job(target, "evaluated the rules and delivered the notifications")
         return
     with target as store:
-        rules = load_rules(list(rule_files) or None)
-        notifiers = _notifiers(webhook, alertmanagers)
+        rules = load_rules(list(rule_files) or list(config.rules.files) or None)
+        notifiers = _configured_notifiers(config, webhook, alertmanagers)
         # After the rules and notifiers, so a mistake there is named first. A store without spans
         # at all is left to the rules (each reports it cannot run, exit status 1); a span table
         # lacking columns would fail every rule with a SQL error: one clear error instead.
         require_traces(store, allow_missing=True)
+        last = last_evaluation(store)
+        if at is not None and last is not None and at < last and not force and not dry_run:
+            raise TailwatchError(
+                f"--at {iso_z(at)} is before the last evaluation of this store ({iso_z(last)}): "
+                "evaluating then would rewind live alert state and notify again; pass --dry-run "
+                "to see what it would do, or --force to do it anyway"
+            )
+        at = at or now
         result = evaluate(
             store,
             rules,
             at,
             notifiers=notifiers,
-            dashboard_url=dashboard_url,
-            trace_url=trace_url,
+            dashboard_url=dashboard_url or config.dashboards.public_url,
+            trace_url=trace_url or config.links.trace_url,
+            conventions=config.analysis.conventions_object(),
             evaluation_interval=interval,
+            dry_run=dry_run,
         )
-        report = deliver(store, notifiers) if notifiers else None
-    for error in result.errors:
-        click.echo(f"error    {error}", err=True)
-    for state in result.fired:
-        click.echo(
-            f"FIRING   {state.alertname}  [{state.severity}]  cause={state.cause}  "
-            f"{state.annotations.get('summary', '')}"
-        )
-    for state in result.resolved:
-        click.echo(f"RESOLVED {state.alertname}  {state.annotations.get('summary', '')}")
-    click.echo(f"evaluated {len(rules)} rules at {at.isoformat()}: {result}")
-    if report is not None:
-        click.echo(f"delivery: {report}")
-        _report_undelivered(report)
+        report = deliver(store, notifiers) if notifiers and not dry_run else None
+    if fmt == "json":
+        click.echo(json.dumps(_evaluation_json(result, len(rules), report), indent=2, ensure_ascii=False))
+    else:
+        _print_evaluation(result, len(rules), explain, report)
     if result.errors:
         # Undelivered notifications are retried later; a rule that could not run needs a person.
         sys.exit(1)
 
 
+def _configured_notifiers(
+    config: TailwatchConfig, webhook: str | None, alertmanagers: tuple[str, ...]
+) -> list[NotifierConfig]:
+    """The notifiers of the options (or their variables), then every ``[[notify.*]]`` entry of the
+    configuration not already among them."""
+    out = _notifiers(webhook, alertmanagers)
+    names = {n.name for n in out}
+    # TAILWATCH_WEBHOOK_URL reaches the configuration as "env-webhook" and the option as "webhook".
+    out += [n for n in config.notifiers() if n.name not in names and n.name != "env-webhook"]
+    return out
+
+
+def _print_evaluation(
+    result: EvaluationResult, rules: int, explain: bool, report: DeliveryReport | None
+) -> None:
+    fire, resolve = ("WOULD FIRE     ", "WOULD RESOLVE  ") if result.dry_run else ("FIRING   ", "RESOLVED ")
+    for error in result.errors:
+        click.echo(f"error    {error}", err=True)
+    for state in result.fired:
+        click.echo(
+            f"{fire}{state.alertname}  [{state.severity}]  cause={state.cause}  "
+            f"{state.annotations.get('summary', '')}"
+        )
+    for state in result.resolved:
+        now = state.annotations.get("resolved")
+        click.echo(
+            f"{resolve}{state.alertname}  {state.annotations.get('summary', '')}"
+            + (f"; now {now}" if now else "")
+        )
+    if result.dry_run and result.notifications and not result.would_send:
+        click.echo("no notifier is configured: nothing would be sent")
+    elif result.dry_run:
+        for n in result.notifications:
+            names = ", ".join(a.labels.get("alertname", "") for a in n.alerts)
+            click.echo(f"WOULD SEND     {n.status} notification: {names}")
+    if explain:
+        for line in result.explanations:
+            click.echo(f"  {line}")
+    click.echo(f"evaluated {rules} rules at {iso_z(result.at)}: {result}")
+    if report is not None:
+        click.echo(f"delivery: {report}")
+        _report_undelivered(report)
+
+
+def _evaluation_json(result: EvaluationResult, rules: int, report: DeliveryReport | None) -> dict[str, Any]:
+    def alert(state: AlertState) -> dict[str, Any]:
+        return {
+            "alertname": state.alertname,
+            "fingerprint": state.fingerprint,
+            "severity": state.severity,
+            "labels": dict(state.labels),
+            "annotations": dict(state.annotations),
+        }
+
+    return {
+        "at": iso_z(result.at),
+        "dry_run": result.dry_run,
+        "rules": rules,
+        "fired": [alert(s) for s in result.fired],
+        "resolved": [alert(s) for s in result.resolved],
+        "firing": [alert(s) for s in result.firing],
+        "notifications": result.would_send if result.dry_run else result.enqueued,
+        "explanations": [e.to_dict() for e in result.explanations],
+        "errors": result.errors,
+        "delivery": None if report is None else str(report),
+    }
+
+
 @alerts.command("list")
 @store_option
+@config_option
 @click.option(
     "--since",
     default="24h",
@@ -292,12 +406,12 @@ def evaluate_command(
     type=DURATION,
     help="Also show alerts resolved within this long (e.g. 1h, 7d).",
 )
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def list_command(store_dsn: str | None, since: timedelta, fmt: str) -> None:
+@format_option
+def list_command(store_dsn: str | None, config_path: Path | None, since: timedelta, fmt: str) -> None:
     """Firing, pending and recently resolved alerts with their cause, then one line per notifier
     on the delivery of what the alerts notified within ``--since`` (failures and their last error)."""
     cutoff = utc_now() - since
-    frame, delivery = _list(store_dsn, cutoff)
+    frame, delivery = _list(load_config(config_path, overrides={"store": store_dsn}).store, cutoff)
     if fmt == "json":
         rows = [
             {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
@@ -340,11 +454,16 @@ def _list(store_dsn: str | None, cutoff: datetime) -> tuple[pl.DataFrame, list[N
 
 @alerts.command("deliver")
 @store_option
+@config_option
 @_webhook_option
 @_alertmanager_option
 @click.pass_context
 def deliver_command(
-    ctx: click.Context, store_dsn: str | None, webhook: str | None, alertmanagers: tuple[str, ...]
+    ctx: click.Context,
+    store_dsn: str | None,
+    config_path: Path | None,
+    webhook: str | None,
+    alertmanagers: tuple[str, ...],
 ) -> None:
     """Drain the outbox now: every pending notification is attempted at once, whatever its backoff.
 
@@ -353,7 +472,8 @@ def deliver_command(
 
     Exits 1 when notifications remain undelivered (listed one per line).
     """
-    target = store_or_service(store_dsn, create=True)
+    config = load_config(config_path, overrides={"store": store_dsn})
+    target = store_or_service(config.store, create=True)
     if isinstance(target, RemoteService):
         _refuse_options(
             ctx, target, "delivers to the notifiers of its configuration", ("webhook", "alertmanagers")
@@ -361,7 +481,7 @@ def deliver_command(
         _run_evaluate_job(target, "delivered the outbox (after evaluating the rules)")
         return
     with target as store:
-        notifiers = _notifiers(webhook, alertmanagers)
+        notifiers = _configured_notifiers(config, webhook, alertmanagers)
         report = deliver(store, notifiers, force=True)
     click.echo(f"delivery: {report}")
     _report_undelivered(report)

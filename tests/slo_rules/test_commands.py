@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner, Result
 
 from collectors import insert_spans
@@ -103,3 +104,51 @@ def test_rule_that_cannot_run_exits_1(store_dsn: str, tmp_path: Path) -> None:
     assert proc.exit_code == 1
     assert "error    rule chat-p99-regression: " in proc.output
     assert "1 rule errors" in proc.output
+
+
+def test_evaluate_takes_the_store_rules_notifiers_and_conventions_of_the_config(
+    store_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory whose tailwatch.toml names a store, a rules file and a webhook: a bare
+    `alerts evaluate` there uses all three (not the shipped rules, not silence)."""
+    sc = b.scenario_llm_regression()
+    with open_store(store_dsn) as store:
+        ensure_schema(store)
+        insert_spans(store, sc.spans)
+    (tmp_path / "rules.yaml").write_text(
+        RULES
+        + "  - {name: queues, kind: cold_path_starvation, window: 1h}\n"
+        + "  - {name: slo, kind: latency_slo, service: chat-api, threshold_ms: 5000, target: 0.99}\n"
+    )
+    hook = Receiver().start()
+    try:
+        (tmp_path / "tailwatch.toml").write_text(
+            f'store = "{store_dsn}"\n[rules]\nfiles = ["rules.yaml"]\n'
+            f'[[notify.webhook]]\nurl = "{hook.url}/hook"\nname = "oncall"\n'
+        )
+        monkeypatch.chdir(tmp_path)
+        at = sc.end.isoformat()
+        dry = _tailwatch("alerts", "evaluate", "--at", at, "--dry-run", "--explain")
+        assert dry.exit_code == 0, dry.output
+        assert "evaluated 3 rules" in dry.output and "WOULD FIRE     chat-p99-regression" in dry.output
+        assert "WOULD SEND     firing notification: chat-p99-regression" in dry.output
+        assert "  skipped  queues  -: no job on a selected queue in the last 1h" in dry.output
+        assert hook.requests == [] and _tailwatch("alerts", "list").output.startswith("no firing")
+        proc = _tailwatch("alerts", "evaluate", "--at", at, "--format", "json")
+        assert proc.exit_code == 0, proc.output
+        body = json.loads(proc.output)
+        assert [a["alertname"] for a in body["fired"]] == ["chat-p99-regression"]
+        verdicts = {(e["rule"], e["verdict"]) for e in body["explanations"]}
+        assert verdicts == {("chat-p99-regression", "fired"), ("queues", "skipped"), ("slo", "quiet")}
+        (got,) = hook.requests  # the configured webhook, by its configured name
+        assert got.json()["alerts"][0]["labels"]["alertname"] == "chat-p99-regression"
+        # An instant before the last evaluation would rewind live state and notify again.
+        earlier = (sc.end - timedelta(minutes=30)).isoformat()
+        refused = _tailwatch("alerts", "evaluate", "--at", earlier)
+        assert refused.exit_code == 2
+        assert "is before the last evaluation of this store" in refused.output
+        assert "pass --dry-run to see what it would do, or --force" in refused.output
+        assert len(hook.requests) == 1
+        assert _tailwatch("alerts", "evaluate", "--at", earlier, "--dry-run").exit_code == 0
+    finally:
+        hook.stop()
