@@ -29,7 +29,7 @@ from plotly.offline import get_plotlyjs_version
 from analytics import Analysis, Conventions, analyze, latest_analysis, load_run, persist_analysis
 from dashboards import style
 from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
-from dashboards.landing import index_body
+from dashboards.landing import index_body, live_index_body
 from dashboards.views.attribution import EXEMPLARS
 from slo_rules import alert_history, trace_link
 from storage import Store, TailwatchError, as_utc
@@ -45,6 +45,7 @@ __all__ = [
     "alerts_in_window",
     "export_dashboards",
     "find_browser",
+    "landing_page",
     "plotly_js_source",
     "write_dashboards",
     "write_plotly_js",
@@ -298,11 +299,17 @@ a.evidence { white-space: nowrap; }
 """
 
 
-def _nav(current: str) -> str:
-    links = ['<a href="index.html"' + (' class="current"' if current == "index" else "") + ">Overview</a>"]
-    for view in VIEWS:
+def _nav(current: str, base: str | None = "", index: str = "index.html") -> str:
+    """Links to the overview and each view (``base`` + ``<view>.html``; ``None``: no views yet)."""
+    links = [
+        f'<a href="{html.escape(index, quote=True)}"'
+        + (' class="current"' if current == "index" else "")
+        + ">Overview</a>"
+    ]
+    for view in VIEWS if base is not None else ():
         cls = ' class="current"' if view == current else ""
-        links.append(f'<a href="{view}.html"{cls}>{html.escape(VIEW_TITLES[view].split(":")[0])}</a>')
+        href = html.escape(f"{base}{view}.html", quote=True)
+        links.append(f'<a href="{href}"{cls}>{html.escape(VIEW_TITLES[view].split(":")[0])}</a>')
     return "<nav>" + "".join(links) + "</nav>"
 
 
@@ -315,11 +322,12 @@ def _meta(analysis: Analysis, run_id: str | None) -> str:
     return '<p class="meta">' + " · ".join(parts) + "</p>"
 
 
-def _page(title: str, body: str) -> str:
+def _page(title: str, body: str, refresh_s: int | None = None) -> str:
+    refresh = f'<meta http-equiv="refresh" content="{int(refresh_s)}">\n' if refresh_s else ""
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)}</title>\n"
+        f"{refresh}<title>{html.escape(title)}</title>\n"
         f"<style>{_PAGE_STYLE}</style>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
 
@@ -409,6 +417,43 @@ def _index_page(
 ) -> str:
     head = f"{_nav('index')}\n<h1>tailwatch: what is firing</h1>\n{_meta(analysis, run_id)}"
     return _page("tailwatch dashboards", index_body(analysis, alerts, formats, head, notes))
+
+
+# How often a browser reloads the live landing page: it states the alerts as they are now.
+LANDING_REFRESH_S: Final = 60
+
+
+def landing_page(
+    analysis: Analysis | None,
+    alerts: pl.DataFrame | None,
+    *,
+    now: datetime,
+    run_id: str | None = None,
+    waiting: str = "",
+    resolved_since: datetime | None = None,
+    notes: Sequence[str] = (),
+) -> str:
+    """The on-call landing page a server renders on request (``/dashboards/``): ``alerts`` are
+    ``slo_rules.list_alerts`` (their state ``now``), ``analysis`` the latest one with its views at
+    ``runs/<run_id>/``; before any analysis (``None``) the page says what it waits for
+    (``waiting``). It reloads itself every minute."""
+    base = f"runs/{run_id}/" if analysis is not None and run_id else None
+    if analysis is not None:
+        meta = _meta(analysis, run_id)
+    else:
+        meta = f'<p class="meta">generated {now.astimezone(UTC).strftime("%Y-%m-%d %H:%M")} UTC</p>'
+    head = f"{_nav('index', base, index='./')}\n<h1>tailwatch: what is firing</h1>\n{meta}"
+    body = live_index_body(
+        analysis,
+        alerts,
+        now=now,
+        head=head,
+        views_base=base or "",
+        waiting=waiting,
+        resolved_since=resolved_since,
+        notes=notes,
+    )
+    return _page("tailwatch", body, refresh_s=LANDING_REFRESH_S)
 
 
 # --- PNG -------------------------------------------------------------------------------------

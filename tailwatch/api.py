@@ -9,9 +9,15 @@ commands come here instead (:mod:`tailwatch.remote`):
 - ``POST /api/v1/dashboards/export`` (JSON body ``{"start", "end", "formats"}``) — a zip of the
   exported files;
 - ``GET /api/v1/jobs`` — the newest job runs; ``POST /api/v1/jobs/{name}/run`` runs one now;
-- ``GET /dashboards/…`` — the latest dashboards the scheduled export wrote (static files);
+- ``GET /dashboards/`` — the on-call landing page, rendered on request: the alerts as they are now
+  and the views of the latest scheduled analysis; before any analysis, what it waits for;
+- ``GET /dashboards/…`` — the offline copy the scheduled export wrote (static files);
 - ``GET /dashboards/runs/{run_id}/{view}.html`` — the views of one persisted analysis run, what an
-  alert links to: rendered on first request from the run and kept under ``<out_dir>/runs/``;
+  alert links to: rendered on first request from the run and kept under ``<out_dir>/runs/`` for
+  ``dashboards.runs_max_age``, then pruned (and rendered again if asked for again);
+- ``GET /dashboards/latest/{view}.html`` — a redirect to that view of the latest scheduled analysis;
+- ``GET /dashboards/plotly-<version>.min.js`` — the one plotly.js every served page loads, from the
+  installed plotly package, cacheable for a year;
 - ``GET /`` — a redirect to ``/dashboards/``.
 
 With a token configured every route requires it, compared in constant time: as
@@ -33,16 +39,17 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
@@ -52,7 +59,7 @@ from tailwatch.config import TailwatchConfig
 from tailwatch.remote import EXPORT_REPORT_HEADER
 from tailwatch.service_schema import recent_job_runs
 
-__all__ = ["ARROW_STREAM", "ServiceApi", "api_routes"]
+__all__ = ["ARROW_STREAM", "RunPages", "ServiceApi", "api_routes"]
 
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 
@@ -60,6 +67,10 @@ log = logging.getLogger("tailwatch.service")
 
 # Run ids are what ``analytics.persist_analysis`` makes (uuid4 hex): nothing else reaches the disk.
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
+# plotly.js never changes under its versioned name: a browser keeps it for a year.
+_IMMUTABLE = "public, max-age=31536000, immutable"
+# Resolved alerts the live landing page lists.
+RESOLVED_LOOKBACK = timedelta(days=1)
 
 
 class _BadRequest(Exception):
@@ -122,9 +133,15 @@ class ServiceApi:
     # The run id of the latest scheduled analysis (what /dashboards/ shows), if any yet: an export
     # without a window exports that run.
     scheduled_run: Callable[[], str | None] | None = None
+    # When a scheduled job runs next (None: not scheduled): what the landing page waits for.
+    next_run: Callable[[str], datetime | None] | None = None
     slots: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(API_CONCURRENCY)
     )
+    pages: RunPages = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pages = RunPages(self, self.config.dashboards.out_dir / "runs")
 
     def authorized(self, request: Request) -> bool:
         return self.token is None or token_matches(request.headers.get("authorization", ""), self.token)
@@ -179,6 +196,16 @@ def refusal(api: ServiceApi, request: Request) -> str | None:
     return None
 
 
+def _refused(api: ServiceApi, request: Request, *, browser: bool) -> Response | None:
+    """The origin check and the token, as every route applies them; ``None``: go ahead."""
+    reason = refusal(api, request)
+    if reason is not None:
+        return _json({"error": reason}, 403)
+    if not api.authorized(request):
+        return _unauthorized(browser=browser)
+    return None
+
+
 def _guard(
     api: ServiceApi, handler: Handler, *, browser: bool = False
 ) -> Callable[[Request], Awaitable[Response]]:
@@ -186,11 +213,9 @@ def _guard(
     whose 401 asks for Basic credentials) and the API's concurrency limit."""
 
     async def endpoint(request: Request) -> Response:
-        reason = refusal(api, request)
-        if reason is not None:
-            return _json({"error": reason}, 403)
-        if not api.authorized(request):
-            return _unauthorized(browser=browser)
+        refused = _refused(api, request, browser=browser)
+        if refused is not None:
+            return refused
         body = await request.body() if request.method == "POST" else b""
         if not api.slots.acquire(blocking=False):
             return JSONResponse(
@@ -345,14 +370,14 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             return _json({"error": f"no scheduled job named {name!r}"}, 404)
         return _json({k: getattr(run, k) for k in run.__dataclass_fields__})
 
-    pages = _RunPages(api, out_dir / "runs")
+    pages = api.pages
 
     def run_page_route(request: Request, body: bytes) -> Response:
         run_id, page = request.path_params["run_id"], request.path_params.get("page") or "index.html"
-        path = pages.page(run_id, page)
-        if path is None:
+        content = pages.read(run_id, page)
+        if content is None:
             return _json({"error": f"no page {page!r} of an analysis run {run_id!r}"}, 404)
-        return Response(path.read_bytes(), media_type="text/html; charset=utf-8")
+        return Response(content, media_type="text/html; charset=utf-8")
 
     async def run_dir(request: Request) -> Response:
         # Relative links between the views of a run need the trailing slash.
@@ -361,8 +386,46 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
     async def root(request: Request) -> Response:
         return RedirectResponse("/dashboards/", status_code=307)
 
+    async def dashboards_dir(request: Request) -> Response:
+        return RedirectResponse("dashboards/", status_code=307)
+
+    landing = _Landing(api)
+
+    def landing_route(request: Request, body: bytes) -> Response:
+        return HTMLResponse(landing.render(), headers={"Cache-Control": "no-store"})
+
+    async def latest_route(request: Request) -> Response:
+        refused = _refused(api, request, browser=True)
+        if refused is not None:
+            return refused
+        from dashboards import VIEWS
+
+        view = request.path_params["view"]
+        if view not in VIEWS:
+            return _json({"error": f"no view {view!r}; views: {', '.join(VIEWS)}"}, 404)
+        run_id = api.scheduled_run() if api.scheduled_run is not None else None
+        # Before the first scheduled analysis, the landing page says what it waits for.
+        target = f"../runs/{run_id}/{view}.html" if run_id else "../"
+        return RedirectResponse(target, status_code=307, headers={"Cache-Control": "no-store"})
+
+    from dashboards import PLOTLY_JS, plotly_js_source
+
+    async def plotly_route(request: Request) -> Response:
+        refused = _refused(api, request, browser=True)
+        if refused is not None:
+            return refused
+        return FileResponse(
+            plotly_js_source(),
+            media_type="text/javascript; charset=utf-8",
+            headers={"Cache-Control": _IMMUTABLE},
+        )
+
     return [
         Route("/", root, methods=["GET", "HEAD"]),
+        Route("/dashboards", dashboards_dir, methods=["GET", "HEAD"]),
+        Route("/dashboards/", _guard(api, landing_route, browser=True), methods=["GET"]),
+        Route(f"/dashboards/{PLOTLY_JS}", plotly_route, methods=["GET"]),
+        Route("/dashboards/latest/{view}.html", latest_route, methods=["GET"]),
         Route("/dashboards/runs/{run_id}", run_dir, methods=["GET", "HEAD"]),
         Route("/dashboards/runs/{run_id}/", _guard(api, run_page_route, browser=True), methods=["GET"]),
         Route("/dashboards/runs/{run_id}/{page}", _guard(api, run_page_route, browser=True), methods=["GET"]),
@@ -375,39 +438,90 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
     ]
 
 
-class _RunPages:
-    """The views of persisted analysis runs, rendered on first request and kept on disk.
+class RunPages:
+    """The views of persisted analysis runs, rendered on first request and kept on disk a while.
 
     A run never changes once persisted, so its pages are written once, into a staging directory
-    renamed to ``<root>/<run_id>`` (a reader never sees half a run), and then served from there
-    for as long as the files are kept — also after the run itself has expired from the store.
+    renamed to ``<root>/<run_id>`` (a reader never sees half a run), and served from there until
+    :meth:`prune` deletes them, ``dashboards.runs_max_age`` after they were rendered; a page asked
+    for after that is rendered again from the run, which the store keeps longer. The pages load
+    the one plotly.js the service serves (``../../plotly-<version>.min.js``): about 100 KB a page
+    rather than 4.8 MB.
     """
+
+    # Pruning looks at the directory at most this often (seconds); renders and job runs ask.
+    PRUNE_EVERY_S = 60.0
 
     def __init__(self, api: ServiceApi, root: Path) -> None:
         self.api = api
         self.root = root
-        # One render at a time: renders are rare (one per alert), and two requests for the same
-        # run must not both compute it.
+        # One render, read or prune at a time: renders are rare (one per alert), reads are small
+        # files, and a prune must not delete a run between a reader's check and its read.
         self._lock = threading.Lock()
+        self._pruned_at = -float("inf")
 
-    def page(self, run_id: str, page: str) -> Path | None:
-        """The file of ``page`` (``index.html`` or ``<view>.html``) of run ``run_id``; ``None``
-        when there is no such page or run."""
+    @property
+    def max_age_s(self) -> float:
+        return float(self.api.config.dashboards.runs_max_age)
+
+    def read(self, run_id: str, page: str) -> bytes | None:
+        """The bytes of ``page`` (``index.html`` or ``<view>.html``) of run ``run_id``, rendered
+        now if it is not on disk; ``None`` when there is no such page or run."""
         from dashboards import VIEWS
 
         if not _RUN_ID.fullmatch(run_id) or page not in {"index.html", *(f"{v}.html" for v in VIEWS)}:
             return None
+        self.prune_soon()
         path = self.root / run_id / page
-        if not path.is_file():
-            # Not rendered yet, or rendered before this view existed (an upgrade): render it all.
-            with self._lock:
-                if not path.is_file() and not self._render(run_id):
-                    return None
-        return path if path.is_file() else None
+        with self._lock:
+            # Not rendered yet, pruned, or rendered before this view existed (an upgrade): render it.
+            if not path.is_file() and not self._render(run_id):
+                return None
+            try:
+                return path.read_bytes()
+            except FileNotFoundError:
+                return None
+
+    def prune_soon(self) -> None:
+        """:meth:`prune` unless it ran less than :attr:`PRUNE_EVERY_S` ago."""
+        if time.monotonic() - self._pruned_at >= self.PRUNE_EVERY_S:
+            self.prune()
+
+    def prune(self, now: float | None = None) -> list[str]:
+        """Delete the run directories rendered more than ``runs_max_age`` before ``now`` (Unix
+        time, default the clock), and render leftovers as old; returns the run ids deleted."""
+        now = time.time() if now is None else now
+        cutoff = now - self.max_age_s
+        deleted: list[str] = []
+        with self._lock:
+            self._pruned_at = time.monotonic()
+            try:
+                entries = list(self.root.iterdir())
+            except FileNotFoundError:
+                return deleted
+            for entry in entries:
+                name = entry.name
+                if not (_RUN_ID.fullmatch(name) or name.startswith((".render-", ".outdated-", ".pruned-"))):
+                    continue
+                try:
+                    if entry.stat().st_mtime >= cutoff:
+                        continue
+                    # Out of the way first, so the run is either whole or absent for any reader.
+                    doomed = Path(tempfile.mkdtemp(prefix=".pruned-", dir=self.root)) / name
+                    os.replace(entry, doomed)
+                    shutil.rmtree(doomed.parent, ignore_errors=True)
+                except OSError as exc:
+                    log.warning("could not prune the run pages %s: %s", entry, exc)
+                    continue
+                if _RUN_ID.fullmatch(name):
+                    deleted.append(name)
+        if deleted:
+            log.info("pruned the pages of %d analysis runs older than %.0fs", len(deleted), self.max_age_s)
+        return deleted
 
     def _render(self, run_id: str) -> bool:
         from analytics import load_run
-        from dashboards import alerts_in_window, write_dashboards
+        from dashboards import PLOTLY_JS, alerts_in_window, write_dashboards, write_plotly_js
 
         analysis = load_run(self.api.store, run_id)
         if analysis is None:
@@ -415,6 +529,8 @@ class _RunPages:
         # Transitions stamped at the window's end (the evaluation that raised the alert) belong to it.
         alerts, _ = alerts_in_window(self.api.store, analysis.start, analysis.end)
         self.root.mkdir(parents=True, exist_ok=True)
+        # Served from the plotly package by the route; the copy makes <out_dir> browsable from disk.
+        write_plotly_js(self.root.parent)
         staging = Path(tempfile.mkdtemp(prefix=".render-", dir=self.root))
         try:
             write_dashboards(
@@ -425,6 +541,7 @@ class _RunPages:
                 # Another run over the very same window may be newer: the page names what it shows.
                 run_id=analysis.run_id or run_id,
                 trace_url=self.api.config.links.trace_url,
+                plotly_js=f"../../{PLOTLY_JS}",
             )
             target = self.root / run_id
             if target.exists():
@@ -435,6 +552,88 @@ class _RunPages:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         return True
+
+
+class _Landing:
+    """``/dashboards/``: the alerts as they are now and the latest scheduled analysis' views, or,
+    before any analysis, what the page waits for. The analysis is loaded once per run id."""
+
+    def __init__(self, api: ServiceApi) -> None:
+        self.api = api
+        self._cached: tuple[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def _analysis(self) -> tuple[Any, str | None, list[str]]:
+        """The analysis to show, its run id, and notes on where it comes from."""
+        from analytics import load_run, runs
+
+        store = self.api.store
+        scheduled = self.api.scheduled_run() if self.api.scheduled_run is not None else None
+        notes: list[str] = []
+        run_id = scheduled
+        if run_id is None:
+            # None yet in this process (just started): the newest persisted run, as /metrics does.
+            newest = runs(store, limit=1)
+            run_id = str(newest["run_id"][0]) if newest.height else None
+            if run_id is not None:
+                notes.append(
+                    "The newest persisted analysis is shown until this service's first scheduled one"
+                    + _next_run_text(self.api, "analyze")
+                    + "."
+                )
+        if run_id is None:
+            return None, None, notes
+        with self._lock:
+            if self._cached is not None and self._cached[0] == run_id:
+                return self._cached[1], run_id, notes
+        analysis = load_run(store, run_id)
+        if analysis is None:
+            return None, None, notes
+        with self._lock:
+            self._cached = (run_id, analysis)
+        return analysis, run_id, notes
+
+    def render(self) -> str:
+        from dashboards import landing_page
+        from slo_rules import list_alerts
+
+        now = datetime.now(UTC)
+        analysis, run_id, notes = self._analysis()
+        since = now - RESOLVED_LOOKBACK
+        alerts = list_alerts(self.api.store, include_resolved_since=since)
+        waiting = "" if analysis is not None else _waiting_text(self.api)
+        if (self.api.config.dashboards.out_dir / "index.html").is_file():
+            notes.append("The hourly export (the offline copy of these pages) is index.html.")
+        return landing_page(
+            analysis, alerts, now=now, run_id=run_id, waiting=waiting, resolved_since=since, notes=notes
+        )
+
+
+def _next_run_text(api: ServiceApi, job: str) -> str:
+    when = api.next_run(job) if api.next_run is not None else None
+    if when is None:
+        return " (the analyze job is not scheduled on this instance)"
+    return f" at {as_utc(when).strftime('%H:%M:%S')} UTC"
+
+
+def _waiting_text(api: ServiceApi) -> str:
+    """What the landing page waits for before any analysis: the spans received so far and when
+    the first analysis runs."""
+    from collectors import TRACES_TABLE
+
+    store = api.store
+    count, first, last = store.query_rows(
+        f"SELECT count(), min(Timestamp), max(Timestamp) FROM {store.table(TRACES_TABLE)}"
+    )[0]
+    if not count:
+        spans = "No spans received yet: point your OpenTelemetry exporters at this service's OTLP endpoints."
+    else:
+        fmt = "%Y-%m-%d %H:%M:%S"
+        spans = (
+            f"{int(count):,} spans received, from {as_utc(first).strftime(fmt)} to "
+            f"{as_utc(last).strftime(fmt)} UTC."
+        )
+    return f"{spans} First analysis{_next_run_text(api, 'analyze')}."
 
 
 def _request_json(raw: bytes) -> dict[str, Any]:

@@ -175,6 +175,9 @@ ENV_VARS: tuple[EnvVar, ...] = (
     EnvVar("TAILWATCH_DASHBOARDS_DIR", "dashboards.out_dir", "directory of the exported dashboards"),
     EnvVar(TRACE_URL_ENV, "links.trace_url", "trace viewer URL template with {trace_id}, {start}, {end}"),
     EnvVar(DASHBOARDS_URL_ENV, "dashboards.public_url", "base URL of /dashboards in alert links"),
+    EnvVar(
+        "TAILWATCH_DASHBOARDS_RUNS_MAX_AGE", "dashboards.runs_max_age", "age at which run pages are pruned"
+    ),
     EnvVar("TAILWATCH_RULES", "rules.files", f"rule files, separated by '{os.pathsep}'", "list"),
     EnvVar(WEBHOOK_URL_ENV, "notify.webhook", "adds one Alertmanager-format webhook", "webhook"),
     EnvVar(ALERTMANAGER_URL_ENV, "notify.alertmanager", "Alertmanager URLs (comma-separated: an HA pair)"),
@@ -442,6 +445,9 @@ class DashboardsConfig(_Section):
     window: Duration | None = None
     # Base URL of the dashboards as on-call reaches them (alert links); default http://<otlp_http>/dashboards
     public_url: Url | None = None
+    # Rendered run pages (out_dir/runs/<run id>/) older than this are deleted; one asked for again
+    # is rendered anew from the persisted run.
+    runs_max_age: Duration = Field(default=86400.0, gt=0)
 
     @field_validator("out_dir")
     @classmethod
@@ -962,6 +968,7 @@ def render_config(config: TailwatchConfig) -> str:
         "[dashboards]",
         f"out_dir = {q(str(d.out_dir))}",
         f"formats = {q(list(d.formats))}",
+        f"runs_max_age = {q(format_duration(d.runs_max_age))}",
     ]
     if d.window:
         lines.append(f"window = {q(format_duration(d.window))}")
@@ -1062,6 +1069,7 @@ out_dir = "dashboards"         # served under /dashboards/ on the OTLP/HTTP port
 formats = ["html"]             # add "png" for images (needs Chromium)
 # window = "1d"                # exported window; default: the latest analysis
 # public_url = "https://tailwatch.example.com/dashboards"   # base of the links in alerts
+runs_max_age = "1d"            # run pages (what alert links open) pruned after this, re-rendered on request
 
 [rules]
 files = []                     # [] = the shipped pack; paths are relative to this file

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -53,6 +53,9 @@ from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.metrics import TailMetrics
 from tailwatch.remote import SERVICE_FILE
 from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, recent_job_runs
+
+if TYPE_CHECKING:
+    from tailwatch.api import ServiceApi
 
 __all__ = [
     "Job",
@@ -610,6 +613,8 @@ def export_and_publish(
             conventions=_conventions(config),
             trace_url=config.links.trace_url,
             run_id=run_id,
+            # One plotly.js beside the pages (served to browsers, and the copy works from disk).
+            plotly_js="shared",
         )
         published = []
         for path in report.files:
@@ -731,6 +736,7 @@ class Service:
         self.tail_metrics: TailMetrics | None = None
         self.rules = _Rules(config.rules.files)
         self.scheduled = ScheduledAnalysis()
+        self.api: ServiceApi | None = None
         self._dashboards_published = False
         self.api_url: str | None = None
         self._service_file: Path | None = None
@@ -773,7 +779,11 @@ class Service:
                 token=token,
                 run_job=run_job,
                 scheduled_run=self.scheduled.run,
+                next_run=self._next_run,
             )
+            self.api = api
+            # Run pages rendered by an earlier process age from when they were rendered.
+            api.pages.prune()
             self.ingest = IngestRuntime(
                 self.store,
                 config.pipeline_settings(),
@@ -833,6 +843,9 @@ class Service:
         # rather than at the next stale scrape.
         if self.tail_metrics is not None:
             self.tail_metrics.refresh_soon()
+        if self.api is not None:
+            # Every minute or so (the rollup's schedule): run pages older than runs_max_age go.
+            self.api.pages.prune_soon()
         if run.job == "dashboards" and run.status == "ok":
             self._dashboards_published = True
         elif run.job == "analyze" and run.status == "ok":
@@ -848,6 +861,12 @@ class Service:
         if (self.config.dashboards.out_dir / "index.html").exists():
             return
         runner.scheduler.modify_job("dashboards", next_run_time=_now())
+
+    def _next_run(self, name: str) -> datetime | None:
+        """When the scheduler fires job ``name`` next; ``None`` when it is not scheduled here."""
+        runner = self.runner
+        job = runner.scheduler.get_job(name) if runner is not None and name in runner.jobs else None
+        return job.next_run_time if job is not None else None
 
     def _run_job_for_api(self, name: str) -> JobRun:
         if self.runner is None or name not in self.runner.jobs:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -181,3 +182,56 @@ def test_serve_end_to_end_llm_regression_alert(tmp_path: Path) -> None:
             store.query_rows("SELECT job, countIf(status = 'ok') FROM tailwatch_job_runs GROUP BY job")
         )
         assert all(statuses.get(job, 0) >= 1 for job in ("rollup", "analyze", "evaluate", "dashboards"))
+
+
+@pytest.mark.slow
+def test_the_landing_page_answers_from_the_first_minute(tmp_path: Path) -> None:
+    """Issue 38: `/` on a fresh `serve` is 200 before any data (saying it waits for spans), after
+    the first spans (saying which it holds and when the first analysis runs), and after the first
+    evaluation (the firing alert, linking to its own analysis), never a 404."""
+    store_dir = tmp_path / "store"
+    (tmp_path / "rules.yaml").write_text(RULES)
+    config = tmp_path / "tailwatch.toml"
+    config.write_text(
+        f'store = "chdb://{store_dir}"\n'
+        '[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        '[ingest]\nflush_interval = "200ms"\n'
+        '[schedule]\nrollup = "off"\nanalyze = "5m"\nevaluate = "1h"\ndashboards = "1h"\n'
+        '[dashboards]\nout_dir = "dash"\n'
+        '[rules]\nfiles = ["rules.yaml"]\n'
+    )
+    with _serving(tmp_path, config) as proc:
+        api = str(_service_file(store_dir, proc)["api_url"])
+
+        def landing() -> str:
+            page = httpx.get(f"{api}/", timeout=60, follow_redirects=True)
+            assert page.status_code == 200, (page.status_code, page.text[:300])
+            assert page.headers["content-type"].startswith("text/html")
+            return page.text
+
+        first = landing()
+        assert "Firing now: nothing" in first and "Waiting for the first analysis" in first
+        assert "No spans received yet" in first
+        due = re.search(r"First analysis at (\d\d:\d\d:\d\d) UTC", first)
+        assert due is not None, first
+        assert not (tmp_path / "dash" / "index.html").exists()  # no export yet, and no 404 either
+
+        rows = _regression_now()
+        assert export_rows(api, rows) == len(rows)
+        span_times = sorted(r.start_ns for r in rows)
+
+        def spans_stated() -> bool:
+            return f"{len(rows):,} spans received, from" in landing()
+
+        _wait(spans_stated, timeout=30, what="the spans on the landing page")
+        page = landing()
+        first_span = datetime.fromtimestamp(span_times[0] / S, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        assert f"from {first_span}" in page and f"First analysis at {due[1]} UTC" in page
+
+        run = httpx.post(f"{api}/api/v1/jobs/evaluate/run", timeout=120).json()
+        assert run["status"] == "ok", run
+        page = landing()
+        assert "Firing now (1)" in page and "chat-p99-regression" in page and "<b>llm</b>" in page
+        assert re.search(r'href="runs/[0-9a-f]{32}/attribution\.html"', page), page
+        err = _stop(proc, signal.SIGTERM)
+    assert proc.returncode == 0, err

@@ -127,8 +127,21 @@ def test_api_and_dashboards_require_the_token(tmp_path: Path, monkeypatch: pytes
         page = httpx.get(f"{api}/dashboards/")
         assert page.status_code == 401 and page.headers["www-authenticate"].startswith("Basic")
         basic = "Basic " + base64.b64encode(b"oncall:s3cret").decode()
+        # The landing page is rendered on request; the export's copy stays at index.html.
         page = httpx.get(f"{api}/dashboards/", headers={"Authorization": basic})
+        assert page.status_code == 200 and "tailwatch: what is firing" in page.text
+        page = httpx.get(f"{api}/dashboards/index.html", headers={"Authorization": basic})
         assert page.status_code == 200 and page.text == "<html>views</html>"
+        # The routes added for the served pages follow the same rules.
+        from dashboards import PLOTLY_JS
+
+        for path in (f"/dashboards/{PLOTLY_JS}", "/dashboards/latest/hot_path.html"):
+            refused = httpx.get(f"{api}{path}")
+            assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Basic"), (
+                path
+            )
+            allowed = httpx.get(f"{api}{path}", headers={"Authorization": basic})
+            assert allowed.status_code in (200, 307), path
         # Ingest honours the same token.
         assert export_rows(api, _simple_spans(3)) == 0
         assert export_rows(api, _simple_spans(3), token="s3cret") == 3
