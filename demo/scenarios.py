@@ -9,7 +9,9 @@ The steps, all in one process on loopback:
 5. the demo rules (``demo/rules.yaml``) evaluated at the simulated end, alerts delivered
    to a webhook receiver the demo runs on ``127.0.0.1`` that appends each body to
    ``OUT/alerts.jsonl``;
-6. the dashboards exported to ``OUT/dashboards/``;
+6. the dashboards exported to ``OUT/dashboards/`` (one shared plotly.js beside the pages), and the
+   analysis run behind every alert link to ``OUT/dashboards/runs/<run>/``, so each link in
+   ``OUT/alerts.jsonl`` opens a page the demo wrote;
 7. a summary: per scenario the alert it raised, its cause and where to look; also in
    ``OUT/summary.json``.
 
@@ -28,6 +30,7 @@ import json
 import math
 import multiprocessing
 import queue
+import re
 import shutil
 import threading
 import time
@@ -43,7 +46,7 @@ import polars as pl
 
 from analytics import Analysis, analyze, build_summaries, persist_analysis
 from collectors import IngestRuntime, PipelineSettings
-from dashboards import export_dashboards
+from dashboards import PLOTLY_JS, export_dashboards
 from demo.generator import (
     SCENARIO_INFO,
     SCENARIOS,
@@ -63,6 +66,7 @@ __all__ = [
     "ProgressBar",
     "ScenarioOutcome",
     "WebhookSink",
+    "alert_links",
     "format_summary",
     "match_alerts",
     "read_alert_lines",
@@ -257,6 +261,23 @@ def read_alert_lines(path: Path) -> list[dict[str, Any]]:
         body = json.loads(line)
         alerts.extend(a for a in body.get("alerts", []) if a.get("status") == "firing")
     return alerts
+
+
+def alert_links(path: Path) -> list[str]:
+    """Every link of every alert (firing or resolved) in the webhook bodies of ``path``: its
+    annotations' values and its ``generatorURL`` that are URLs, in order, without repeats."""
+    links: dict[str, None] = {}
+    if not path.exists():
+        return []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        for alert in json.loads(line).get("alerts", []):
+            values = [*alert.get("annotations", {}).values(), alert.get("generatorURL", "")]
+            for value in values:
+                if isinstance(value, str) and re.match(r"[a-z]+://", value):
+                    links[value] = None
+    return list(links)
 
 
 def _target(frame: pl.DataFrame, info: ScenarioInfo) -> pl.DataFrame:
@@ -606,8 +627,12 @@ def run_demo(
         with _timed(timings, "rules"):
             rule_kinds, delivered = _alerts(store, rules_path, tl.end, sink.url, dashboards_dir)
         with _timed(timings, "dashboards"):
-            report = export_dashboards(store, dashboards_dir, run_id=run_id)
+            # Opened from disk: one plotly.js beside the pages rather than 4.8 MB in each.
+            report = export_dashboards(store, dashboards_dir, run_id=run_id, plotly_js="shared")
             dashboards = [str(p) for p in report.files]
+            # Each alert links to the analysis behind its numbers (dashboards/runs/<run>/<view>.html,
+            # what `tailwatch serve` renders on request): the demo writes those pages too.
+            dashboards += [str(p) for p in _export_linked_runs(store, alerts_path, dashboards_dir)]
 
     outcomes, unexpected = match_alerts(
         read_alert_lines(alerts_path), workload.scenarios, rule_kinds, dashboards_dir, analysis
@@ -718,6 +743,28 @@ def _ingest(
         progress_q.close()
         results_q.close()
     return ExportStats(**stats_dict)
+
+
+_RUN_LINK = re.compile(r"/runs/([0-9a-f]{32})/[a-z_]+\.html$")
+
+
+def _export_linked_runs(store: Store, alerts_path: Path, dashboards_dir: Path) -> list[Path]:
+    """The views of every analysis run an alert in ``alerts_path`` links to under
+    ``dashboards_dir``, written to ``dashboards_dir/runs/<run>/`` (loading the shared plotly.js two
+    directories up); returns the files written."""
+    base = dashboards_dir.as_uri()
+    runs = {
+        found.group(1): None
+        for link in alert_links(alerts_path)
+        if link.startswith(base + "/") and (found := _RUN_LINK.search(link)) is not None
+    }
+    files: list[Path] = []
+    for run in runs:
+        report = export_dashboards(
+            store, dashboards_dir / "runs" / run, run_id=run, plotly_js=f"../../{PLOTLY_JS}"
+        )
+        files += report.files
+    return files
 
 
 def _alerts(

@@ -19,6 +19,7 @@ import pytest
 
 from analytics import FRAME_SCHEMAS, Analysis
 from collectors import IngestPipeline, PipelineSettings, Receivers, read_spans
+from dashboards import PLOTLY_JS
 from demo import (
     SCENARIO_INFO,
     SCENARIOS,
@@ -28,7 +29,7 @@ from demo import (
     export_otlp_http,
     format_summary,
 )
-from demo.scenarios import ScenarioOutcome, WebhookSink, match_alerts, read_alert_lines
+from demo.scenarios import ScenarioOutcome, WebhookSink, alert_links, match_alerts, read_alert_lines
 from storage import Store
 
 END = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
@@ -489,6 +490,43 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     views = {Path(p).name for p in summary["dashboards"]}
     assert {"index.html", "attribution.html", "hot_path.html", "retries.html"} <= views
     assert (out / "dashboards" / "attribution.html").stat().st_size > 10_000
+    _every_alert_link_opens_a_page_the_demo_wrote(out)
+    # The landing page names the release the release-coupling alert fired on (issue 39: it said
+    # "0 with p99 coupled to releases" beside that alert).
+    [coupling] = [a for a in alerts if a["labels"]["alertname"] == "hot-path-release-coupling"]
+    assert "release 1.5.0" in coupling["annotations"]["summary"]
+    index = (out / "dashboards" / "index.html").read_text(encoding="utf-8")
+    assert (
+        "1 release in the window stepped p99 up or added sync LLM calls: 1.5.0 on chat-api · POST /chat"
+        in index
+    )
+
+
+def _every_alert_link_opens_a_page_the_demo_wrote(out: Path) -> None:
+    """Issue 39: the alerts linked to dashboards/runs/<id>/… pages the demo never wrote. Every link
+    in alerts.jsonl is now a file under OUT that exists, and a linked run page draws offline from
+    disk with the shared plotly.js."""
+    from urllib.parse import unquote, urlparse
+
+    from tests.dashboards.browser import chromium, open_page
+
+    links = alert_links(out / "alerts.jsonl")
+    assert links, "no alert carries a link"
+    pages = []
+    for link in links:
+        assert link.startswith("file://"), link
+        path = Path(unquote(urlparse(link).path))
+        assert path.is_file() and path.resolve().is_relative_to(out.resolve()), link
+        pages.append(path)
+    runs = [p for p in pages if p.parent.parent.name == "runs"]
+    assert runs, links
+    assert (out / "dashboards" / PLOTLY_JS).is_file()
+    # About 60 KB a page: one plotly.js beside the views, not 4.8 MB in each.
+    assert all(p.stat().st_size < 1_000_000 for p in (out / "dashboards").rglob("*.html"))
+    with chromium() as browser:
+        report = open_page(browser, runs[0], out)
+    assert report.blocked_requests == [] and report.console_errors == [] and report.page_errors == []
+    assert report.dom["plots"] and report.dom["plots"][0]["marks"] > 0
 
 
 @pytest.mark.slow
