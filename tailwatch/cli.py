@@ -17,6 +17,7 @@ from tailwatch.commands import config as config_commands
 from tailwatch.commands import dashboard as dashboard_commands
 from tailwatch.commands import demo as demo_commands
 from tailwatch.commands import generate as generate_commands
+from tailwatch.commands import grafana as grafana_commands
 from tailwatch.commands import ingest as ingest_commands
 from tailwatch.commands import rules as rules_commands
 from tailwatch.commands import schema as schema_commands
@@ -61,3 +62,4 @@ main.add_command(serve_commands.serve)
 main.add_command(config_commands.config)
 main.add_command(dashboard_commands.dashboard)
 main.add_command(summaries_commands.summaries)
+main.add_command(grafana_commands.grafana)

@@ -31,7 +31,7 @@ from tailwatch.service import Job, JobContext, Service
 from tests.tailwatch.otlp_send import export_rows
 from tests.tailwatch.prometheus import running_prometheus
 from tests.tailwatch.test_serve_e2e import RULES, _regression_now, _service_file
-from tests.tailwatch.test_service import _config, _serving, _stop, _wait
+from tests.tailwatch.test_service import S, _config, _serving, _stop, _wait
 
 START = datetime(2026, 11, 2, 9, tzinfo=UTC)
 END = START + timedelta(hours=1)
@@ -454,6 +454,31 @@ def test_a_job_run_refreshes_the_gauges(tmp_path: Path) -> None:
 TOKEN_ENV = "TW_PROMETHEUS_TEST_TOKEN"  # not TAILWATCH_*: the serve helper passes it through
 
 
+def _tails_now() -> list[Any]:
+    """The analytics' ground truths of a starved queue with pending jobs, an abandonment cliff and
+    retried workflow hops, moved so their hour starts 59 minutes ago: with the LLM regression, a
+    series for every panel of the Grafana dashboard."""
+    from tests.analytics.builders import (
+        T0,
+        scenario_abandonment_cliff,
+        scenario_cold_queues,
+        scenario_retries,
+    )
+
+    shift = time.time_ns() - 3540 * S - T0
+    rows = []
+    for scenario in (scenario_cold_queues(), scenario_abandonment_cliff(), scenario_retries()):
+        rows += [dataclasses.replace(r, start_ns=r.start_ns + shift) for r in scenario.spans]
+    return rows
+
+
+def _all_selected(expr: str) -> str:
+    """A Grafana query as Grafana sends it with "All" selected in every template variable."""
+    for name in ("service", "operation", "queue"):
+        expr = expr.replace(f"${name}", ".*")
+    return expr
+
+
 def _value(samples: list[dict[str, Any]]) -> float:
     [sample] = samples
     return float(sample["value"][1])
@@ -497,7 +522,7 @@ def test_prometheus_scrapes_the_tail_metrics_of_serve(
             assert prom.query("tailwatch_hot_path_latency_seconds") == []
             assert httpx.get(f"{api}/metrics").status_code == 401
 
-            rows = _regression_now()
+            rows = _regression_now() + _tails_now()
             assert export_rows(api, rows, token=token) == len(rows)
             _wait(
                 lambda: (
@@ -574,7 +599,60 @@ def test_prometheus_scrapes_the_tail_metrics_of_serve(
             assert [(s["metric"]["service"], s["metric"]["operation"]) for s in blamed] == [
                 ("chat-api", "POST /chat")
             ]
+            _check_the_grafana_dashboard(prom, api, auth, hot["p99_ms"] / 1000)
+            timings["grafana queries"] = time.monotonic() - t0
         err = _stop(proc, signal.SIGTERM)
     assert proc.returncode == 0, err
     assert not (store_dir / SERVICE_FILE).exists()
     print("timings (s since start):", {k: round(v, 2) for k, v in timings.items()})
+
+
+def _check_the_grafana_dashboard(prom: Any, api: str, auth: dict[str, str], p99_s: float) -> None:
+    """Issue 38: every query of `tailwatch grafana dashboard` through Prometheus's query API returns
+    series; the hot-path p99 panel shows `tailwatch analyze`'s p99; the variables list what the
+    data holds; the release annotation marks the versions; each panel's link opens its page."""
+    from tailwatch.commands.grafana import RELEASE_ANNOTATION_EXPR, VARIABLES
+
+    done = subprocess.run(
+        [sys.executable, "-m", "tailwatch", "grafana", "dashboard", "--dashboards-url", f"{api}/dashboards"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if not k.startswith("TAILWATCH_")},
+    )
+    assert done.returncode == 0, done.stderr
+    board = json.loads(done.stdout)
+    for panel in board["panels"]:
+        for target in panel["targets"]:
+            assert prom.query(_all_selected(target["expr"])), (panel["title"], target["expr"])
+    [hot_panel] = [p for p in board["panels"] if p["title"] == "Hot-path p50 and p99 per operation"]
+    [p99_target] = [t for t in hot_panel["targets"] if 'quantile="0.99"' in t["expr"]]
+    [p99] = [
+        s
+        for s in prom.query(_all_selected(p99_target["expr"]))
+        if (s["metric"]["service"], s["metric"]["operation"]) == ("chat-api", "POST /chat")
+    ]
+    assert float(p99["value"][1]) == p99_s
+    # Grafana's label_values(metric, label) is Prometheus's label API with a match[] selector.
+    listed = {}
+    for name, (metric, label) in VARIABLES.items():
+        answer = httpx.get(
+            f"{prom.url}/api/v1/label/{label}/values", params={"match[]": _all_selected(metric)}, timeout=10
+        ).json()
+        listed[name] = set(answer["data"])
+    assert {"chat-api", "web"} <= listed["service"]
+    assert {"POST /chat", "GET /answer"} <= listed["operation"]
+    assert {"doc-summaries", "emails"} <= listed["queue"]
+    released = {
+        s["metric"]["version"]: float(s["value"][1])
+        for s in prom.query("tailwatch_release_timestamp_seconds")
+    }
+    marks = prom.query(_all_selected(RELEASE_ANNOTATION_EXPR))
+    assert marks and {s["metric"]["version"]: float(s["value"][1]) / 1000 for s in marks} == released
+    # Each panel's link opens the matching tailwatch page (of the latest scheduled analysis).
+    [base] = [v["query"] for v in board["templating"]["list"] if v["name"] == "tailwatch_url"]
+    for url in sorted(
+        {link["url"].replace("${tailwatch_url}", base) for p in board["panels"] for link in p["links"]}
+    ):
+        page = httpx.get(url, headers=auth, timeout=120, follow_redirects=True)
+        assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), url
