@@ -71,6 +71,8 @@ _RUN_ID = re.compile(r"[0-9a-f]{32}")
 _IMMUTABLE = "public, max-age=31536000, immutable"
 # Resolved alerts the live landing page lists.
 RESOLVED_LOOKBACK = timedelta(days=1)
+# Up to this many spans the waiting landing page gives their time range (beyond, only the count).
+WAITING_RANGE_MAX_SPANS = 10_000_000
 
 
 class _BadRequest(Exception):
@@ -622,15 +624,18 @@ def _waiting_text(api: ServiceApi) -> str:
     from collectors import TRACES_TABLE
 
     store = api.store
-    count, first, last = store.query_rows(
-        f"SELECT count(), min(Timestamp), max(Timestamp) FROM {store.table(TRACES_TABLE)}"
-    )[0]
+    table = store.table(TRACES_TABLE)
+    count = int(store.query_value(f"SELECT count() FROM {table}") or 0)
     if not count:
         spans = "No spans received yet: point your OpenTelemetry exporters at this service's OTLP endpoints."
+    elif count > WAITING_RANGE_MAX_SPANS:
+        # A big table with no analysis yet (a new service on an old store): its range costs a scan.
+        spans = f"{count:,} spans in the store."
     else:
+        first, last = store.query_rows(f"SELECT min(Timestamp), max(Timestamp) FROM {table}")[0]
         fmt = "%Y-%m-%d %H:%M:%S"
         spans = (
-            f"{int(count):,} spans received, from {as_utc(first).strftime(fmt)} to "
+            f"{count:,} spans received, from {as_utc(first).strftime(fmt)} to "
             f"{as_utc(last).strftime(fmt)} UTC."
         )
     return f"{spans} First analysis{_next_run_text(api, 'analyze')}."
