@@ -27,6 +27,12 @@ from analytics.abandonment import (
     abandonment,
     abandonment_summary,
 )
+from analytics.aggregates import (
+    abandonment_from_state,
+    abandonment_summary_from_state,
+    hot_path_from_state,
+    hot_path_series_from_state,
+)
 from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import (
     ATTRIBUTION_SCHEMA,
@@ -705,6 +711,10 @@ class _FromSummaries:
 
     @cached_property
     def _buckets(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        state = self.inputs.abandonment_state() if self._aggregated else None
+        if state is not None:
+            buckets = abandonment_from_state(state, self.conv)
+            return buckets, abandonment_summary_from_state(*self.inputs.request_state(), buckets, self.conv)
         buckets = abandonment(self.inputs.requests, self.conv)
         return buckets, abandonment_summary(self.inputs.requests, buckets, self.conv)
 
@@ -741,14 +751,25 @@ class _FromSummaries:
         return hops, with_baseline(amplification, baseline_amplification)
 
     # --- the frames -----------------------------------------------------------------------------
+    @property
+    def _aggregated(self) -> bool:
+        """Whether the hot-path family is merged from the per-minute aggregates: a window longer
+        than the exact horizon, whose series buckets are whole minutes."""
+        w = self.windows
+        return w.end - w.start > self.conv.exact_horizon and self.every % timedelta(minutes=1) == timedelta(0)
+
     @cached_property
     def hot_path(self) -> pl.DataFrame:
-        requests = self.inputs.requests
-        exact = hot_path_summary(requests, self.conv.min_sampled_tail)
-        return long_window_hot_path(self.store, self.windows, self.conv, requests, exact)
+        if self._aggregated:
+            return hot_path_from_state(*self.inputs.request_state(), self.conv.min_sampled_tail)
+        return hot_path_summary(self.inputs.requests, self.conv.min_sampled_tail)
 
     @cached_property
     def hot_path_series(self) -> pl.DataFrame:
+        if self._aggregated:
+            return hot_path_series_from_state(
+                *self.inputs.request_state(self.every), self.conv.min_sampled_tail
+            )
         return hot_path_series(self.inputs.requests, self.every, self.conv.min_sampled_tail)
 
     @cached_property

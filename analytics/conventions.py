@@ -201,6 +201,10 @@ class Conventions:
     # --- series and rollups --------------------------------------------------------------
     series_buckets: int = 120  # target number of time buckets per window
     rollup_min_window: timedelta = timedelta(days=7)
+    # Windows longer than this read the hot-path percentiles, series and abandonment curve from the
+    # per-minute aggregates (analytics.aggregates: percentiles within 0.5%, counts exact) instead of
+    # one row per request; shorter ones (the rules' hour) stay exact.
+    exact_horizon: timedelta = timedelta(hours=6)
     rollup_significant_digits: int = 3
 
     # --- summaries (analytics.summaries) ---------------------------------------------------

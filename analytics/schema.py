@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from analytics.summary_tables import summary_tables, summary_top_tables
+from analytics.summary_tables import aggregate_tables, minutes_layer, summary_tables, summary_top_tables
 from storage import DDLContext, Migration, register_migrations
 
 __all__ = ["MIGRATIONS", "RELEASE_TIMES_TABLE", "ROLLUPS_TABLE", "ROLLUP_RUNS_TABLE", "migration"]
@@ -63,6 +63,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(
         12, "tailwatch_summary_request_minutes, _top_requests and _llm_call_minutes", summary_top_tables
     ),
+    migration(14, "tailwatch_agg_requests", aggregate_tables),
+    migration(15, "tailwatch_summary_minutes layer", minutes_layer),
 )
 
 register_migrations(MIGRATIONS)

@@ -44,6 +44,17 @@ import numpy as np
 import polars as pl
 
 from analytics._common import Windows, ceil_minute, empty, first_of_each, floor_minute, normalize
+from analytics.aggregates import (
+    ABANDONMENT_STATE_SCHEMA,
+    AGG_REQUESTS_SCHEMA,
+    LATENCY_STATE_SCHEMA,
+    TOTALS_STATE_SCHEMA,
+    abandonment_state,
+    aggregate_requests,
+    latency_state,
+    series_bucket,
+    totals_state,
+)
 from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_spans
 from analytics.boundary import sync_llm_union_ns
@@ -59,6 +70,7 @@ from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
+    AGG_REQUESTS_TABLE,
     CALL_MINUTES_TABLE,
     CALLS_TABLE,
     EVALUATIONS_TABLE,
@@ -88,6 +100,9 @@ __all__ = [
 ]
 
 _MINUTE = timedelta(minutes=1)
+# The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates).
+# A build summarises again every minute recorded with an older layout.
+LAYER = 1
 _Q = 0.99  # the quantile whose ranks (and bootstrap draws) the top requests must hold
 _KEY_SCHEMA: dict[str, Any] = {"service": pl.String, "operation": pl.String}
 _TOP_ROW_SCHEMA: dict[str, Any] = {
@@ -193,6 +208,7 @@ class RangeRows:
     job_spans: pl.DataFrame  # JOB_SPANS_SCHEMA
     workflow_spans: pl.DataFrame  # STORED_WORKFLOW_SPANS_SCHEMA, workflows started in [lo, hi)
     evaluations: pl.DataFrame  # STORED_EVALUATIONS_SCHEMA, of spans started in [lo, hi)
+    request_aggregates: pl.DataFrame  # analytics.aggregates.AGG_REQUESTS_SCHEMA, per minute
 
     @classmethod
     def empty(cls, lo: datetime, hi: datetime) -> RangeRows:
@@ -209,6 +225,7 @@ class RangeRows:
             empty(JOB_SPANS_SCHEMA),
             empty(STORED_WORKFLOW_SPANS_SCHEMA),
             empty(STORED_EVALUATIONS_SCHEMA),
+            empty(AGG_REQUESTS_SCHEMA),
         )
 
 
@@ -394,6 +411,7 @@ def extract_range(
         job_spans=fetch_job_spans(store, only, conv),
         workflow_spans=wf_spans,
         evaluations=fetch_flag_evaluations(store, only, conv, margin=False),
+        request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms),
     )
 
 
@@ -436,6 +454,7 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
             "wf_start_ns"
         ),
         EVALUATIONS_TABLE: rows.evaluations.with_columns(_ns_time("span_ns").alias("start")).drop("span_ns"),
+        AGG_REQUESTS_TABLE: rows.request_aggregates,
     }
     written = {}
     for name, frame in tables.items():
@@ -510,11 +529,13 @@ def _record_minutes(
                 "minute": minutes,
                 "spans": [counts.get(m, 0) for m in minutes],
                 "built_at": [built_at] * len(minutes),
+                "layer": [LAYER] * len(minutes),
             },
             schema={
                 "minute": pl.Datetime("us", "UTC"),
                 "spans": pl.UInt64,
                 "built_at": pl.Datetime("ms", "UTC"),
+                "layer": pl.UInt8,
             },
         ).to_arrow(),
     )
@@ -522,16 +543,22 @@ def _record_minutes(
 
 
 def summary_coverage(
-    store: Store, lo: datetime | None = None, hi: datetime | None = None
+    store: Store, lo: datetime | None = None, hi: datetime | None = None, *, layer: int = 0
 ) -> list[tuple[datetime, datetime]]:
     """The summarised time, as sorted disjoint [from, until) ranges of whole minutes (within
-    [lo, hi) when given)."""
+    [lo, hi) when given); with ``layer``, only the minutes last summarised with that layout or a
+    later one (``layer=LAYER``: those holding the per-minute aggregates)."""
     if not store.table_exists(MINUTES_TABLE):
         return []
-    where, params = "", {}
+    where, params = "", dict[str, Any]()
     if lo is not None and hi is not None:
         where = "WHERE minute >= {lo:DateTime} AND minute < {hi:DateTime}"
         params = {"lo": floor_minute(as_utc(lo)), "hi": ceil_minute(as_utc(hi))}
+    if layer:
+        # The latest record of each minute says which layout its rows have.
+        inner = f"SELECT minute FROM {store.table(MINUTES_TABLE)} {where} GROUP BY minute"
+        where = f"WHERE minute IN ({inner} HAVING argMax(layer, built_at) >= {{layer:UInt8}})"
+        params = {**params, "layer": layer}
     # Runs of consecutive minutes, found in SQL: a minute starts a run when the one before is absent.
     rows = store.query_rows(
         f"""
@@ -640,6 +667,7 @@ def build_summaries(
         changed = [m for m in set(now_counts) | set(recorded) if now_counts.get(m, 0) != recorded.get(m, 0)]
         again = _merge_ranges(
             [(max(covered[0][0], m - _floor_minute_delta(conv.trace_margin)), m + _MINUTE) for m in changed]
+            + _outdated(store)
         )
     else:
         first = store.query_value(
@@ -667,6 +695,25 @@ def build_summaries(
         rows,
         time.perf_counter() - started,
     )
+
+
+def _outdated(store: Store) -> list[tuple[datetime, datetime]]:
+    """The runs of minutes last summarised with an older layout than :data:`LAYER` (once, after an
+    upgrade: every minute summarised before the aggregates existed)."""
+    rows = store.query_rows(
+        f"""
+SELECT min(minute), max(minute) + 60
+FROM (
+    SELECT minute, toUnixTimestamp(minute) DIV 60 - row_number() OVER (ORDER BY minute) AS run
+    FROM (
+        SELECT minute FROM {store.table(MINUTES_TABLE)} GROUP BY minute
+        HAVING argMax(layer, built_at) < {{layer:UInt8}}
+    )
+)
+GROUP BY run ORDER BY 1""",
+        {"layer": LAYER},
+    )
+    return [(as_utc(a), as_utc(b)) for a, b in rows]
 
 
 def _floor_minute_delta(value: timedelta) -> timedelta:
@@ -811,6 +858,7 @@ class SummaryInputs:
     ) -> None:
         self.store, self.windows, self.conv = store, windows, conventions
         self.shared = shared  # what the caller's other analyses of this moment reuse
+        self._states: dict[timedelta | None, tuple[pl.DataFrame, pl.DataFrame]] = {}
         self.inside = inside  # the summarised parts of what the window reads
         self.extracted = extracted  # the rest, reduced from raw spans now
         self.ranges = covered  # the summarised ranges the window overlaps
@@ -920,6 +968,117 @@ class SummaryInputs:
         return (
             [(r.lo, r.hi) for r in self.extracted],
             pl.concat([_cast(r.requests, STORED_REQUESTS_SCHEMA) for r in self.extracted]),
+        )
+
+    # --- the current window's requests as merged per-minute state (analytics.aggregates) -------
+
+    @cached_property
+    def _agg_pieces(self) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
+        """The current window cut into the whole minutes whose aggregates are stored, and the rest."""
+        w = self.windows
+        held = summary_coverage(self.store, w.start, w.end, layer=LAYER)
+        inside, outside = _split([(w.start, w.end)], held)
+        whole, partial = _minute_pieces(inside, [])
+        return whole, sorted(partial + outside)
+
+    @cached_property
+    def _rest_rows(self) -> pl.DataFrame:
+        """The request rows (:data:`STORED_REQUESTS_SCHEMA`) of the current window outside its whole
+        aggregated minutes: stored rows where summarised, reduced raw rows elsewhere."""
+        _, rest = self._agg_pieces
+        stored, raw = _split(rest, self.ranges)
+        frames = [
+            _cast(
+                _read(self.store, REQUESTS_TABLE, ", ".join(STORED_REQUESTS_SCHEMA), stored),
+                STORED_REQUESTS_SCHEMA,
+            )
+        ]
+        for part in self.extracted:
+            for a, b in raw:
+                if b > part.lo and a < part.hi:
+                    frames.append(
+                        _cast(part.requests, STORED_REQUESTS_SCHEMA).filter(
+                            self._between(pl.col("start").dt.epoch("ns"), max(a, part.lo), min(b, part.hi))
+                        )
+                    )
+        return pl.concat(frames)
+
+    def _merged(
+        self, select: str, group: str, array_join: str = "", extra: dict[str, Any] | None = None
+    ) -> pl.DataFrame:
+        """One GROUP BY over the whole aggregated minutes of the current window."""
+        whole, _ = self._agg_pieces
+        if not whole:
+            return pl.DataFrame()
+        where, params = _in_ranges(whole)
+        return normalize(
+            self.store.query_polars(
+                f"SELECT {select} FROM {self.store.table(AGG_REQUESTS_TABLE)} {array_join} "
+                f"WHERE {where} GROUP BY {group}",
+                {**params, **(extra or {})},
+            )
+        )
+
+    def request_state(self, every: timedelta | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The current window's requests as merged state: (totals, latency histogram) per (service,
+        operation) — and per series bucket of ``every`` (``bucket_start``), a whole number of
+        minutes — from the stored aggregates of its whole minutes plus its other request rows."""
+        if every not in self._states:
+            self._states[every] = self._request_state(every)
+        return self._states[every]
+
+    def _request_state(self, every: timedelta | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        group, sql_group, extra = [], "", dict[str, Any]()
+        if every is not None:
+            group = [series_bucket(every)]
+            sql_group = (
+                ", toDateTime64(toStartOfInterval(start, toIntervalSecond({every_s:UInt32})), 6, 'UTC') "
+                "AS bucket_start"
+            )
+            extra = {"every_s": int(every.total_seconds())}
+        keys = "service, operation" + (", bucket_start" if every is not None else "")
+        totals = self._merged(
+            f"service, operation{sql_group}, toInt64(sum(requests)) AS requests, sum(weight) AS weight, "
+            "sum(weight_sq) AS weight_sq, min(weight_min) AS weight_min, max(weight_max) AS weight_max, "
+            "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned",
+            keys,
+            extra=extra,
+        )
+        latency = self._merged(
+            f"service, operation{sql_group}, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+            keys + ", bucket",
+            "ARRAY JOIN lat_bucket AS b, lat_weight AS w, lat_n AS n",
+            extra=extra,
+        )
+        rows = self._rest_rows
+        extra_schema = {"bucket_start": pl.Datetime("us", "UTC")} if every is not None else {}
+        totals_schema = {**TOTALS_STATE_SCHEMA, **extra_schema}
+        latency_schema = {**LATENCY_STATE_SCHEMA, **extra_schema}
+        return (
+            pl.concat([_cast(totals, totals_schema), _cast(totals_state(rows, group), totals_schema)]),
+            pl.concat([_cast(latency, latency_schema), _cast(latency_state(rows, group), latency_schema)]),
+        )
+
+    def abandonment_state(self) -> pl.DataFrame | None:
+        """The current window's abandonment curve as merged state (:data:`ABANDONMENT_STATE_SCHEMA`),
+        or ``None`` when some of its minutes were aggregated with another ``bucket_ms``."""
+        width = self.conv.bucket_ms
+        other = self._merged(
+            "count() AS n", "bucket_ms HAVING bucket_ms != {width:UInt32}", extra={"width": width}
+        )
+        if not other.is_empty():
+            return None
+        state = self._merged(
+            "service, operation, b AS bucket, sum(w) AS weight, sum(w2) AS weight_sq, sum(a) AS abandoned, "
+            "toInt64(sum(n)) AS n",
+            "service, operation, bucket",
+            "ARRAY JOIN ab_bucket AS b, ab_weight AS w, ab_weight_sq AS w2, ab_abandoned AS a, ab_n AS n",
+        )
+        return pl.concat(
+            [
+                _cast(state, ABANDONMENT_STATE_SCHEMA),
+                _cast(abandonment_state(self._rest_rows, width), ABANDONMENT_STATE_SCHEMA),
+            ]
         )
 
     def served_versions(self) -> pl.DataFrame:
@@ -1367,23 +1526,8 @@ def _walks(
                 # Kept, so the next window with this tail reads it (only the walks: the minute's
                 # other rows are stored already).
                 fresh = extra.walks.join(walks.select("trace_key"), on="trace_key", how="anti")
-                _write(
-                    store,
-                    RangeRows(
-                        a,
-                        b,
-                        empty(STORED_REQUESTS_SCHEMA),
-                        empty(STORED_REQUESTS_SCHEMA),
-                        empty(REQUEST_MINUTES_SCHEMA),
-                        empty(STORED_CALLS_SCHEMA),
-                        empty(CALL_MINUTES_SCHEMA),
-                        fresh,
-                        extra.paths.join(fresh.select("trace_key"), on="trace_key", how="semi"),
-                        empty(JOB_SPANS_SCHEMA),
-                        empty(STORED_WORKFLOW_SPANS_SCHEMA),
-                        empty(STORED_EVALUATIONS_SCHEMA),
-                    ),
-                )
+                paths = extra.paths.join(fresh.select("trace_key"), on="trace_key", how="semi")
+                _write(store, replace(RangeRows.empty(a, b), walks=fresh, paths=paths))
     # Each trace's walk from the first source that has it (a trace is walked the same way anywhere).
     wanted = tails.select("trace_key").unique()
     out_walks: list[pl.DataFrame] = []

@@ -18,6 +18,7 @@ from __future__ import annotations
 from storage import DDLContext
 
 __all__ = [
+    "AGG_REQUESTS_TABLE",
     "CALLS_TABLE",
     "CALL_MINUTES_TABLE",
     "EVALUATIONS_TABLE",
@@ -29,6 +30,8 @@ __all__ = [
     "TAIL_WALKS_TABLE",
     "TOP_REQUESTS_TABLE",
     "WORKFLOW_SPANS_TABLE",
+    "aggregate_tables",
+    "minutes_layer",
     "summary_tables",
     "summary_top_tables",
 ]
@@ -43,6 +46,7 @@ MINUTES_TABLE = "tailwatch_summary_minutes"
 REQUEST_MINUTES_TABLE = "tailwatch_summary_request_minutes"
 TOP_REQUESTS_TABLE = "tailwatch_summary_top_requests"
 CALL_MINUTES_TABLE = "tailwatch_summary_llm_call_minutes"
+AGG_REQUESTS_TABLE = "tailwatch_agg_requests"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -179,7 +183,38 @@ _TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in (*_TABLES, *_TOP_TABLES))
+# The per-minute aggregates (analytics.aggregates): per (minute, service, operation, version), the
+# requests' counts and weights and two histograms — latency in log buckets (analytics.sketch) and
+# the abandonment buckets of ``bucket_ms`` — each as parallel arrays that ``sumMap``/ARRAY JOIN merge.
+_AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        AGG_REQUESTS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    service LowCardinality(String),
+    operation LowCardinality(String),
+    version LowCardinality(String),
+    bucket_ms UInt32,
+    requests UInt64,
+    weight Float64,
+    weight_sq Float64,
+    weight_min Float64,
+    weight_max Float64,
+    sync_llm_calls Float64,
+    abandoned Float64,
+    lat_bucket Array(Int16),
+    lat_weight Array(Float64),
+    lat_n Array(UInt64),
+    ab_bucket Array(Int64),
+    ab_weight Array(Float64),
+    ab_weight_sq Array(Float64),
+    ab_abandoned Array(Float64),
+    ab_n Array(UInt64)""",
+        "(service, operation, start)",
+        "cityHash64(service, operation)",
+    ),
+)
+
+SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES))
 
 
 def _create(ctx: DDLContext, tables: tuple[tuple[str, str, str, str], ...]) -> list[str]:
@@ -194,6 +229,20 @@ def summary_top_tables(ctx: DDLContext) -> list[str]:
     """The per-minute request counts, the top requests and the per-minute LLM-call totals (the
     analytics migration adding them)."""
     return _create(ctx, _TOP_TABLES)
+
+
+def aggregate_tables(ctx: DDLContext) -> list[str]:
+    """The per-minute aggregates (the analytics migration adding them)."""
+    return _create(ctx, _AGG_TABLES)
+
+
+def minutes_layer(ctx: DDLContext) -> list[str]:
+    """Which layout each summarised minute was written with: a minute summarised before the
+    aggregates existed (layer 0) is summarised again by the next build."""
+    return [
+        f"ALTER TABLE {ctx.name(MINUTES_TABLE)}{ctx.on_cluster} "
+        "ADD COLUMN IF NOT EXISTS layer UInt8 DEFAULT 0"
+    ]
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:

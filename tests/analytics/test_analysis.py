@@ -489,7 +489,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     assert set(hot["releases"][0]) == {
         "version", "released_at", "requests_before", "requests_after", "p99_before_ms", "p99_after_ms",
         "p99_delta_ms", "significant", "sync_llm_calls_per_request_before",
-        "sync_llm_calls_per_request_after",
+        "sync_llm_calls_per_request_after", "step_start", "step_end",
     }  # fmt: skip
     assert set(hot["release_coupling"]) == {"releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"}
     assert set(data["cold_path"][0]) == {

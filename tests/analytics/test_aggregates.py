@@ -1,0 +1,199 @@
+"""The per-minute aggregates against a full recompute from the spans: a long window's hot-path
+percentiles, series and abandonment curve merged from per-minute state equal the exact figures —
+counts, sums, rates and the cliff exactly, percentiles within the sketch's 0.5% — across windows
+that start and end mid-minute, partly summarised windows, late and repeated spans, sampled data and
+a store summarised before the aggregates existed."""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from analytics import Analysis, Conventions, analyze, build_summaries
+from analytics.sketch import RELATIVE_ERROR, BucketSample, bucket_index
+from analytics.stats import percentile
+from analytics.summaries import LAYER, summary_coverage
+from analytics.summary_tables import AGG_REQUESTS_TABLE, MINUTES_TABLE
+from collectors import insert_spans
+from collectors.spans import SpanRow
+from storage import Store, ensure_schema, open_store
+from tests.analytics.builders import (
+    S,
+    at,
+    dt,
+    hot_request,
+    scenario_abandonment_cliff,
+    scenario_llm_regression,
+)
+
+HOUR = 3600.0
+# Windows longer than 30 minutes merge the aggregates; 30 series buckets make a 1 h window's 2 min.
+CONV = Conventions(exact_horizon=timedelta(minutes=30), series_buckets=30)
+START, END = dt(at(HOUR + 17)), dt(at(2 * HOUR + 17))
+UNTIL = dt(at(3 * HOUR))
+
+
+def _spans() -> list[SpanRow]:
+    rng = np.random.default_rng(3)
+    spans = list(scenario_llm_regression(requests=300).spans)
+    cliff = scenario_abandonment_cliff(requests=600).spans
+    offset = int((HOUR + 40) * S)
+    spans += [replace(s, start_ns=s.start_ns + offset) for s in cliff]
+    # A steady operation with two versions, a release inside the window.
+    for i in range(10_000):
+        t = i * 0.9
+        version = "2.0.0" if t < 1.5 * HOUR else "2.1.0"
+        spans += hot_request("steady", "GET /q", at(t), float(rng.lognormal(4.5, 0.6)), version=version)
+    return spans
+
+
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("aggregates") / "filled"
+    store = open_store("chdb://" + str(root))
+    try:
+        ensure_schema(store)
+        insert_spans(store, _spans())
+    finally:
+        store.close()
+    return root
+
+
+@pytest.fixture
+def store(filled: Path, tmp_path: Path) -> Iterator[Store]:
+    shutil.copytree(filled, tmp_path / "store", symlinks=True)
+    s = open_store("chdb://" + str(tmp_path / "store"))
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _close(got: float | None, want: float | None) -> bool:
+    if got is None or want is None:
+        return got is None and want is None
+    return math.isclose(got, want, rel_tol=RELATIVE_ERROR, abs_tol=1e-9)
+
+
+def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
+    """The aggregated frames against the exact ones: every count and rate equal, every percentile
+    within the sketch's relative error."""
+    quantiles = ("p50_ms", "p95_ms", "p99_ms", "p999_ms")
+    for name, keys in (
+        ("hot_path", ["service", "operation"]),
+        ("hot_path_series", ["service", "operation", "bucket_start"]),
+    ):
+        g, w = got.frames[name].sort(keys), want.frames[name].sort(keys)
+        assert g.select(keys).equals(w.select(keys)), name
+        exact = [c for c in w.columns if c not in (*quantiles, "p99_tail_samples")]
+        assert_frame_equal(g.select(exact), w.select(exact), check_exact=False, rel_tol=1e-12)
+        for column in (c for c in quantiles if c in w.columns):
+            for a, b in zip(g[column], w[column], strict=True):
+                assert _close(a, b), (name, column, a, b)
+    assert_frame_equal(got.abandonment, want.abandonment, check_exact=False, rel_tol=1e-12)
+    summary_exact = ["service", "operation", "requests", "abandoned", "rate", "cliff_ms"]
+    assert_frame_equal(
+        got.abandonment_summary.select(summary_exact),
+        want.abandonment_summary.select(summary_exact),
+        check_exact=False,
+        rel_tol=1e-12,
+    )
+    for a, b in zip(got.abandonment_summary["p99_ms"], want.abandonment_summary["p99_ms"], strict=True):
+        assert _close(a, b)
+
+
+def _pair(store: Store, start: datetime, end: datetime) -> tuple[Analysis, Analysis]:
+    return (
+        analyze(store, start, end, conventions=CONV),
+        analyze(store, start, end, conventions=CONV, use_summaries=False),
+    )
+
+
+def test_the_sketch_holds_its_bound_on_any_sample() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        x = rng.lognormal(rng.uniform(0, 8), rng.uniform(0.1, 2.0), size=int(rng.integers(1, 3000)))
+        buckets, counts = np.unique(bucket_index(x), return_counts=True)
+        sample = BucketSample(buckets, counts)
+        for q in (0.5, 0.9, 0.99, 0.999):
+            exact = float(np.quantile(x, q))
+            assert abs((percentile(sample, q) or 0.0) - exact) <= RELATIVE_ERROR * exact + 1e-12
+
+
+def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: Store) -> None:
+    build = build_summaries(store, until=UNTIL, conventions=CONV)
+    assert build.rows[AGG_REQUESTS_TABLE] > 0
+    # Minutes × (service, operation, version): far fewer rows than requests.
+    requests = store.query_value("SELECT sum(requests) FROM tailwatch_agg_requests")
+    assert build.rows[AGG_REQUESTS_TABLE] < requests / 3
+    got, want = _pair(store, START, END)
+    assert want.hot_path.height >= 3 and want.abandonment.height > 10
+    assert_aggregated_equal(got, want)
+    # Whole minutes too, and a window holding the release.
+    assert_aggregated_equal(*_pair(store, dt(at(HOUR)), dt(at(2 * HOUR))))
+
+
+def test_a_partly_summarised_window_merges_aggregates_with_rows(store: Store) -> None:
+    build_summaries(store, until=dt(at(1.5 * HOUR)), conventions=CONV)
+    assert summary_coverage(store, layer=LAYER)[-1][1] == dt(at(1.5 * HOUR))
+    assert_aggregated_equal(*_pair(store, START, END))
+
+
+def test_late_and_repeated_spans_are_merged_once(store: Store) -> None:
+    build_summaries(store, until=UNTIL, conventions=CONV)
+    # 40 late requests inside the window, then one of them exported twice.
+    late = [
+        s
+        for i in range(40)
+        for s in hot_request("steady", "GET /q", at(HOUR + 600 + i), 5000.0, version="2.0.0")
+    ]
+    insert_spans(store, late)
+    insert_spans(store, late[:2])
+    again = build_summaries(store, until=UNTIL, conventions=CONV)
+    assert again.resummarised > 0
+    got, want = _pair(store, START, END)
+    assert_aggregated_equal(got, want)
+    steady = want.hot_path.filter(pl.col("service") == "steady")["requests"].item()
+    assert got.hot_path.filter(pl.col("service") == "steady")["requests"].item() == steady
+
+
+def test_sampled_requests_merge_their_weights(store: Store) -> None:
+    sampled = [
+        replace(s, attributes={**s.attributes, "SampleRate": "10"}) if s.parent_span_id == "" else s
+        for i in range(300)
+        for s in hot_request("sampled", "POST /s", at(HOUR + 30 + i * 10), 100.0 + (i % 97) * 7)
+    ]
+    insert_spans(store, sampled)
+    build_summaries(store, until=UNTIL, conventions=CONV)
+    got, want = _pair(store, START, END)
+    row = want.hot_path.filter(pl.col("service") == "sampled").row(0, named=True)
+    assert row["requests"] == 3000 and row["sampled_requests"] == 300
+    assert_aggregated_equal(got, want)
+
+
+def test_minutes_summarised_before_the_aggregates_are_summarised_again(store: Store) -> None:
+    build_summaries(store, until=UNTIL, conventions=CONV)
+    # As a store summarised by an earlier version: no aggregates, minutes recorded with layer 0.
+    store.command(f"TRUNCATE TABLE {store.table(AGG_REQUESTS_TABLE)}")
+    store.command(
+        f"INSERT INTO {store.table(MINUTES_TABLE)} (minute, spans, built_at, layer) "
+        "SELECT minute, argMax(spans, built_at), max(built_at) + toIntervalMillisecond(1), 0 "
+        f"FROM {store.table(MINUTES_TABLE)} GROUP BY minute"
+    )
+    assert summary_coverage(store, layer=LAYER) == []
+    got_raw = analyze(store, START, END, conventions=CONV)  # no aggregates: the rows, exactly
+    want = analyze(store, START, END, conventions=CONV, use_summaries=False)
+    assert_aggregated_equal(got_raw, want)
+    rebuilt = build_summaries(store, until=UNTIL, conventions=CONV)
+    assert rebuilt.resummarised > 0
+    assert summary_coverage(store, layer=LAYER) == summary_coverage(store)
+    assert_aggregated_equal(analyze(store, START, END, conventions=CONV), want)
