@@ -13,7 +13,6 @@ exporter beside the OTLP one).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -128,7 +127,7 @@ def _emit(endpoint: str) -> list[ReadableSpan]:
 
 
 @pytest.fixture
-def spans(store: Store, tmp_path: Path) -> Iterator[list[ReadableSpan]]:
+def spans(store: Store, tmp_path: Path) -> list[ReadableSpan]:
     pipeline = IngestPipeline(
         store, PipelineSettings(batch_rows=5_000, flush_interval_s=0.05, spool_dir=tmp_path / "spool")
     )
@@ -140,7 +139,7 @@ def spans(store: Store, tmp_path: Path) -> Iterator[list[ReadableSpan]]:
     finally:
         receivers.stop()
         pipeline.stop(timeout_s=60)
-    yield emitted
+    return emitted
 
 
 def _at(seconds: float) -> datetime:
