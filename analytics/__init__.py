@@ -3,7 +3,7 @@ ClickHouse.
 
 Public surface::
 
-    from analytics import Conventions, Analysis, analyze, persist_analysis, load_analysis, build_rollups
+    from analytics import Conventions, Analysis, analyze, persist_analysis, load_analysis, build_summaries
     analysis = analyze(store, start, end)          # baseline: the window of equal length before start
     analysis.hot_path, analysis.attribution, ...   # Polars frames
     analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
@@ -18,7 +18,6 @@ from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
-from analytics.rollups import build_rollups
 from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
 
 __all__ = [
@@ -32,7 +31,6 @@ __all__ = [
     "SummaryBuild",
     "Verdict",
     "analyze",
-    "build_rollups",
     "build_summaries",
     "latency_good_total",
     "latest_analysis",

@@ -98,9 +98,8 @@ from analytics.retries import (
     workflow_spans,
     workflows_from_spans,
 )
-from analytics.rollups import coverage, long_window_hot_path
 from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
-from analytics.summaries import SummaryInputs, step_requests, summarised_inputs
+from analytics.summaries import SummaryInputs, step_requests, summarised_inputs, summary_extent
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
 from storage import Store, iso_z
 
@@ -528,7 +527,7 @@ def analyze(
         # Each version's first request bounds the search for its first span.
         first_requests = rows.group_by("service", "version").agg(pl.col("start").min())
         release_times_f = sql.submit(
-            lambda: fetch_release_times(store, first_requests, windows, conv, coverage(store))
+            lambda: fetch_release_times(store, first_requests, windows, conv, summary_extent(store))
         )
         flags_f = sql.submit(fetch_flag_evaluations, store, windows, conv)
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
@@ -548,10 +547,7 @@ def analyze(
         del every_call
         del rows
 
-        # Long windows take their percentiles from the minute rollups (plus raw spans where uncovered).
-        hot = long_window_hot_path(
-            store, windows, conv, requests, hot_path_summary(requests, conv.min_sampled_tail)
-        )
+        hot = hot_path_summary(requests, conv.min_sampled_tail)
         hot_series = hot_path_series(requests, every, conv.min_sampled_tail)
 
         # The trace walks take the few attributes they need from the LLM-span read.

@@ -27,6 +27,11 @@ class ConventionsError(TailwatchError, ValueError):
     """A convention value is out of range."""
 
 
+# Settings of the HdrHistogram rollups the per-minute aggregates replaced: still accepted (a config
+# file or a persisted run may name them), without effect.
+_RETIRED = frozenset({"rollup_min_window", "rollup_significant_digits"})
+
+
 @dataclass(frozen=True)
 class Conventions:
     """How tailwatch reads meaning out of spans, and the thresholds of its verdicts.
@@ -198,14 +203,12 @@ class Conventions:
     # Practical significance of a variant's abandonment difference (absolute rate).
     slice_min_abandonment_delta: float = 0.01
 
-    # --- series and rollups --------------------------------------------------------------
+    # --- series and aggregates -------------------------------------------------------------
     series_buckets: int = 120  # target number of time buckets per window
-    rollup_min_window: timedelta = timedelta(days=7)
     # Windows longer than this read the hot-path percentiles, series and abandonment curve from the
     # per-minute aggregates (analytics.aggregates: percentiles within 0.5%, counts exact) instead of
     # one row per request; shorter ones (the rules' hour) stay exact.
     exact_horizon: timedelta = timedelta(hours=6)
-    rollup_significant_digits: int = 3
 
     # --- summaries (analytics.summaries) ---------------------------------------------------
     # When a minute is summarised, the critical path of its slowest requests per operation is walked
@@ -259,10 +262,6 @@ class Conventions:
             value = getattr(self, name)
             if not 0.0 < value < 1.0:
                 raise ConventionsError(f"conventions: {name} must be in (0, 1), got {value}")
-        if not 1 <= self.rollup_significant_digits <= 5:
-            raise ConventionsError(
-                f"conventions: rollup_significant_digits must be 1..5, got {self.rollup_significant_digits}"
-            )
         for name in (
             "min_delta_ms",
             "min_delta_ratio",
@@ -292,6 +291,8 @@ class Conventions:
         known = {f.name: f for f in fields(cls)}
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
+            if key in _RETIRED:
+                continue  # a setting of the HdrHistogram rollups the aggregates replaced: no effect
             if key not in known:
                 raise ConventionsError(f"unknown convention {key!r}; known: {', '.join(sorted(known))}")
             default = getattr(cls, key, None)

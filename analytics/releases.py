@@ -1,7 +1,7 @@
 """Hot-path p99 per release: the step at each release and the trend across releases.
 
 A release is a value of the resource attribute ``service.version``; its release time is the first
-span seen with it for that service (SQL below). The rollup job (:func:`analytics.build_rollups`)
+span seen with it for that service (SQL below). Building the summaries (:func:`analytics.build_summaries`)
 records first-seen times as it goes in ``tailwatch_release_times``; an analysis reads those for the
 minutes the job covered and scans raw spans of the look-back only where it did not, so a scheduled
 analysis does not rescan 30 days of spans every few minutes, and release times outlive the raw
@@ -112,7 +112,7 @@ HAVING version != ''
 
 
 def release_times_sql(table: str) -> str:
-    """First-seen times recorded by the rollup job."""
+    """First-seen times recorded by the summary builds."""
     return f"""
 SELECT service, version, min(first_seen) AS released_at
 FROM {table}
@@ -124,7 +124,7 @@ GROUP BY service, version
 def record_release_times(
     store: Store, lo: datetime, hi: datetime, writer: str, built_at: datetime, conventions: Conventions
 ) -> int:
-    """Record the first span of every (service, version) in [lo, hi) (part of the rollup job)."""
+    """Record the first span of every (service, version) in [lo, hi) (part of a summary build)."""
     params = {**conventions.sql_parameters(), "lo1": lo, "hi1": hi, "lo2": lo, "hi2": lo, "services": []}
     seen = store.query_arrow(inspect_traces(store).adapt(first_seen_sql(store.table(TRACES_TABLE))), params)
     if seen.num_rows:
@@ -207,8 +207,8 @@ def fetch_release_times(
 ) -> pl.DataFrame:
     """Release time of each (service, version) in ``first_requests`` (``service``, ``version``,
     ``start`` of the first request it served): its first span from ``release_lookback`` before the
-    windows on, which is that request or an earlier span. The rollup job's records serve the
-    minutes in ``covered`` (see :func:`analytics.rollups.coverage`), raw spans the rest.
+    windows on, which is that request or an earlier span. The summary builds' records serve the
+    minutes in ``covered`` (:func:`analytics.summaries.summary_extent`), raw spans the rest.
 
     A version's first span is at or before its first request, so only spans before that request
     are read — with the Collector's indexes, the few granules around it."""

@@ -96,6 +96,7 @@ __all__ = [
     "step_requests",
     "summarised_inputs",
     "summary_coverage",
+    "summary_extent",
     "summary_settle",
 ]
 
@@ -571,6 +572,13 @@ GROUP BY run ORDER BY 1""",
         params,
     )
     return [(as_utc(a), as_utc(b)) for a, b in rows]
+
+
+def summary_extent(store: Store) -> tuple[datetime, datetime] | None:
+    """From the first summarised minute to the end of the last: where the release times the builds
+    recorded hold (:func:`analytics.releases.fetch_release_times`), or ``None``."""
+    covered = summary_coverage(store)
+    return (covered[0][0], covered[-1][1]) if covered else None
 
 
 @dataclass(frozen=True)

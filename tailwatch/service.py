@@ -454,14 +454,12 @@ class JobRunner:
 
 
 def _rollup(ctx: JobContext) -> object:
-    from analytics import build_rollups, build_summaries
+    from analytics import build_summaries
 
-    # No explicit `until`: the analytics' own settle delays leave the newest minutes to late spans.
-    conventions = _conventions(ctx.config)
-    written = build_rollups(ctx.store, conventions=conventions)
-    # The summaries every later analysis (scheduled, alerts, dashboards, API) reads instead of spans.
-    summaries = build_summaries(ctx.store, conventions=conventions)
-    return f"{written} rollup rows written; summaries: {summaries.describe()}"
+    # No explicit `until`: the settle delay leaves the newest minutes to late spans. The summaries
+    # and per-minute aggregates every later analysis (scheduled, alerts, dashboards, API) reads.
+    summaries = build_summaries(ctx.store, conventions=_conventions(ctx.config))
+    return f"summaries: {summaries.describe()}"
 
 
 @dataclass

@@ -11,18 +11,20 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 from analytics import (
     Analysis,
     Conventions,
     analyze,
-    build_rollups,
+    build_summaries,
     latency_good_total,
     load_run,
     persist_analysis,
@@ -34,8 +36,8 @@ from analytics.llm_spans import fetch_roots
 from analytics.persist import MIGRATIONS as PERSIST_MIGRATIONS
 from analytics.persist import history_table
 from analytics.report import render_table
-from analytics.rollups import rollup_percentiles
-from analytics.schema import ROLLUPS_TABLE
+from analytics.sketch import RELATIVE_ERROR
+from analytics.summary_tables import AGG_REQUESTS_TABLE
 from collectors.spans import SpanRow, insert_spans
 from storage import Store, apply_schema, ensure_schema, open_store, registered_migrations
 from tests.analytics.builders import at, dt, hot_request
@@ -100,24 +102,28 @@ def _population(seed: int = 20261102) -> Population:
 class Run:
     analysis: Analysis
     good_total: pl.DataFrame
-    rollups: tuple[int, int, list[str]]  # requests, abandoned, histograms of POST /chat
+    aggregates: tuple[int, int]  # requests and abandoned of POST /chat in the per-minute aggregates
+    aggregated: Analysis  # the hour merged from the aggregates
 
 
 def _run(path: Path, roots: list[SpanRow]) -> Run:
-    """Write ``roots`` to a fresh embedded store, analyse the hour and roll it up (one store open at
-    a time: the embedded engine allows one per process)."""
+    """Write ``roots`` to a fresh embedded store, analyse the hour, summarise it and analyse it again
+    from the per-minute aggregates (one store open at a time: the embedded engine allows one per
+    process)."""
     store = open_store("chdb://" + str(path))
     try:
         ensure_schema(store)
         insert_spans(store, roots)
         analysis = analyze(store, dt(at(0)), dt(at(HOUR)), conventions=CONVENTIONS)
         good_total = latency_good_total(store, dt(at(0)), dt(at(HOUR)), BUDGET_MS, CONVENTIONS)
-        build_rollups(store, until=dt(at(HOUR + 120)), conventions=CONVENTIONS)
-        requests, abandoned, histograms = store.query_rows(
-            f"SELECT toInt64(sum(requests)), toInt64(sum(abandoned)), groupArray(histogram) "
-            f"FROM {store.table(ROLLUPS_TABLE)} WHERE operation = 'POST /chat'"
+        build_summaries(store, until=dt(at(HOUR + 600)), conventions=CONVENTIONS)
+        requests, abandoned = store.query_rows(
+            f"SELECT toInt64(round(sum(weight))), toInt64(round(sum(abandoned))) "
+            f"FROM {store.table(AGG_REQUESTS_TABLE)} WHERE operation = 'POST /chat'"
         )[0]
-        return Run(analysis, good_total, (int(requests), int(abandoned), list(histograms)))
+        merged = replace(CONVENTIONS, exact_horizon=timedelta(minutes=30), series_buckets=30)
+        aggregated = analyze(store, dt(at(0)), dt(at(HOUR)), conventions=merged)
+        return Run(analysis, good_total, (int(requests), int(abandoned)), aggregated)
     finally:
         store.close()
 
@@ -221,8 +227,8 @@ def test_weighted_counts_are_ten_times_the_kept_requests(stores: Stores, convent
     assert boundary["requests_over_budget_per_day"] == pytest.approx(10 * over * 24)
     assert boundary["sampled_requests"] == chat.size
     assert any(r.startswith(f"sampled: {chat.size:,} stored requests stand for") for r in boundary["reasons"])
-    # The rollups record each value with the requests it stands for.
-    requests, abandoned, _ = run.rollups
+    # The aggregates record each request with the requests it stands for.
+    requests, abandoned = run.aggregates
     assert (requests, abandoned) == (10 * chat.size, 10 * int(pop.abandoned[chat].sum()))
 
 
@@ -249,9 +255,15 @@ def test_weighted_p99_and_abandonment_are_close_to_the_population(stores: Stores
         boundary = _row(run.analysis.boundary, service="chat-api", operation="POST /chat")
         assert boundary["p99_ms"] == row["p99_ms"]
         assert boundary["requests_over_budget"] == pytest.approx(truth_over, rel=0.15)
-        # The rollups' p99 (histogram of weighted counts) agrees with the exact weighted one.
-        rolled = rollup_percentiles(run.rollups[2], [])
-        assert rolled["p99_ms"] == pytest.approx(row["p99_ms"], rel=0.01)
+        # The aggregates' p99 (a histogram of weighted counts) is within the sketch's bound of the
+        # exact weighted one, and every count and the sample behind it are the same.
+        merged = _row(run.aggregated.hot_path, service="chat-api", operation="POST /chat")
+        assert merged["p99_ms"] == pytest.approx(row["p99_ms"], rel=RELATIVE_ERROR)
+        for column in ("requests", "sampled_requests", "effective_sample_size", "sync_llm_calls_per_request"):
+            assert merged[column] == pytest.approx(row[column], rel=1e-12), column
+        assert_frame_equal(
+            run.aggregated.abandonment, run.analysis.abandonment, check_exact=False, rel_tol=1e-12
+        )
 
 
 def test_a_p99_on_too_few_sampled_requests_is_warned(stores: Stores) -> None:

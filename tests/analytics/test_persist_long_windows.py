@@ -1,4 +1,5 @@
-"""Persisted runs round-trip exactly; minute rollups give long-window percentiles within 1%."""
+"""Persisted runs round-trip exactly; a 30-day window's percentiles from the per-minute aggregates
+are within the sketch's 0.5%; release times recorded by the summary builds outlive the raw spans."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from polars.testing import assert_frame_equal
 import analytics.releases as releases_module
 from analytics import (
     analyze,
-    build_rollups,
+    build_summaries,
     latest_analysis,
     load_analysis,
     load_run,
@@ -22,7 +23,9 @@ from analytics import (
 from analytics._common import Windows
 from analytics.conventions import Conventions
 from analytics.releases import fetch_release_times
-from analytics.rollups import coverage, rollup_percentiles
+from analytics.sketch import RELATIVE_ERROR, BucketSample, bucket_index
+from analytics.stats import percentile
+from analytics.summaries import summary_coverage, summary_extent
 from collectors import inspect_traces
 from collectors.spans import SpanRow, insert_spans
 from storage import Store, StoreError
@@ -58,7 +61,7 @@ def test_persist_and_load_round_trip(store: Store) -> None:
     assert cold == [("doc-summaries", True), ("emails", False)]
 
 
-def test_rollups_30_day_p99_within_1_percent_and_uncovered_parts_from_raw(store: Store) -> None:
+def test_30_day_percentiles_from_the_aggregates_and_uncovered_parts_from_raw(store: Store) -> None:
     rng = np.random.default_rng(1)
     n = 30 * 24 * 12  # one request every 5 minutes for 30 days
     durations = rng.lognormal(5.5, 0.8, n)
@@ -66,31 +69,30 @@ def test_rollups_30_day_p99_within_1_percent_and_uncovered_parts_from_raw(store:
     for i, ms in enumerate(durations):
         spans += hot_request("api", "GET /r", at(i * 300.0 + 7), float(ms), version=f"1.{i // 2000}.0")
     insert_spans(store, spans)
-    insert_spans(store, spans[:900])  # duplicates are counted once, in rollups as in raw reads
+    insert_spans(store, spans[:900])  # duplicates are counted once, in the aggregates as in raw reads
     start, end = dt(at(0)), dt(at(30 * 86400))
-    exact = analyze(store, start, end).hot_path.row(0, named=True)  # no rollups yet: exact
+    exact = analyze(store, start, end).hot_path.row(0, named=True)  # no summaries yet: exact
     assert exact["p99_ms"] == pytest.approx(float(np.quantile(durations, 0.99)))
 
-    # Rollups cover the first 20 days only: the rest must come from raw spans.
-    rows = build_rollups(store, until=dt(at(20 * 86400)))
-    assert rows == 20 * 24 * 12
-    assert coverage(store) == (dt(at(0)), dt(at(20 * 86400)))
-    assert build_rollups(store, until=dt(at(20 * 86400))) == 0  # nothing new: idempotent
+    # Summaries cover the first 20 days only: the rest must come from raw spans.
+    build = build_summaries(store, until=dt(at(20 * 86400)))
+    assert build.minutes == 20 * 24 * 60
+    assert summary_coverage(store) == [(dt(at(0)), dt(at(20 * 86400)))]
     mixed = analyze(store, start, end).hot_path.row(0, named=True)
     assert mixed["requests"] == n
     for name in ("p50_ms", "p95_ms", "p99_ms"):
-        assert mixed[name] == pytest.approx(exact[name], rel=0.01), name
+        assert mixed[name] == pytest.approx(exact[name], rel=RELATIVE_ERROR), name
     assert mixed["p99_ms"] != exact["p99_ms"]  # it really came from the histograms
 
-    # The job catches up; a short window stays exact.
-    assert build_rollups(store, until=dt(at(31 * 86400))) == 10 * 24 * 12
+    # The builds catch up; a short window stays exact.
+    build_summaries(store, until=dt(at(31 * 86400)))
     full = analyze(store, start, end).hot_path.row(0, named=True)
-    assert full["requests"] == n and full["p99_ms"] == pytest.approx(exact["p99_ms"], rel=0.01)
-    short = analyze(store, dt(at(0)), dt(at(86400))).hot_path.row(0, named=True)
-    assert short["p99_ms"] == pytest.approx(float(np.quantile(durations[:288], 0.99)))
+    assert full["requests"] == n and full["p99_ms"] == pytest.approx(exact["p99_ms"], rel=RELATIVE_ERROR)
+    short = analyze(store, dt(at(0)), dt(at(3600))).hot_path.row(0, named=True)
+    assert short["p99_ms"] == pytest.approx(float(np.quantile(durations[:12], 0.99)))
 
 
-def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Store) -> None:
+def test_release_times_come_from_the_summary_builds_and_outlive_raw_spans(store: Store) -> None:
     day = 86400.0
     spans: list[SpanRow] = []
     # v1 first seen at day 0 + 60 s, v2 at day 30 + 120 s; the analysed day is day 31.
@@ -110,12 +112,12 @@ def test_release_times_come_from_the_rollup_job_and_outlive_raw_spans(store: Sto
     )
 
     def release_times() -> dict[tuple[str, str], object]:
-        frame = fetch_release_times(store, bounds, windows, conv, coverage(store))
+        frame = fetch_release_times(store, bounds, windows, conv, summary_extent(store))
         return {(r["service"], r["version"]): r["released_at"] for r in frame.iter_rows(named=True)}
 
-    raw_only = release_times()  # before any rollup: everything from raw spans
+    raw_only = release_times()  # before any build: everything from raw spans
     assert raw_only == expected
-    build_rollups(store, until=dt(at(30 * day + 60)))  # covers day 0 .. day 30 + 1 min
+    build_summaries(store, until=dt(at(30 * day + 60)))  # covers day 0 .. day 30 + 1 min
     recorded = store.query_rows(
         "SELECT service, version, min(first_seen) FROM tailwatch_release_times GROUP BY service, version"
     )
@@ -199,25 +201,20 @@ def test_release_time_is_the_first_span_before_the_first_request_with_or_without
     assert per_version_reads == ([] if plan == "one scan" else [2])
 
 
-def test_rollup_histograms_merge_exactly() -> None:
-    from analytics.rollups import new_histogram
-
-    values = [float(v) for v in range(1, 2001)]  # ms
-    one = rollup_percentiles([], values)
-    halves = []
-    for part in (values[:1000], values[1000:]):
-        h = new_histogram()
-        for v in part:
-            h.record_value(int(v * 1000))
-        halves.append(h.encode().decode())
-    merged = rollup_percentiles(halves, [])
-    assert merged == one
-    assert merged["requests"] == 2000
-    assert merged["p99_ms"] == pytest.approx(1980.0, rel=0.001)
-    assert rollup_percentiles([], []) == {
-        "requests": 0, "p50_ms": None, "p95_ms": None, "p99_ms": None, "p999_ms": None,
-    }  # fmt: skip
-    assert pl.DataFrame([merged]).height == 1
+def test_histograms_of_parts_merge_into_the_histogram_of_the_whole() -> None:
+    values = np.arange(1.0, 2001.0)  # ms
+    whole = np.unique(bucket_index(values), return_counts=True)
+    parts = [np.unique(bucket_index(part), return_counts=True) for part in (values[:1000], values[1000:])]
+    merged = (
+        pl.concat([pl.DataFrame({"bucket": b, "n": c}) for b, c in parts])
+        .group_by("bucket")
+        .agg(pl.col("n").sum())
+        .sort("bucket")
+    )
+    assert merged["bucket"].to_list() == whole[0].tolist() and merged["n"].to_list() == whole[1].tolist()
+    sample = BucketSample(merged["bucket"].to_numpy(), merged["n"].to_numpy())
+    assert sample.size == 2000
+    assert percentile(sample, 0.99) == pytest.approx(float(np.quantile(values, 0.99)), rel=RELATIVE_ERROR)
 
 
 def test_old_history_tables_gain_the_baseline_columns(raw_store: Store) -> None:
