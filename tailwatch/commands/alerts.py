@@ -12,6 +12,7 @@ from typing import Any
 import click
 import polars as pl
 
+from analytics import build_summaries
 from slo_rules import (
     DEFAULT_DASHBOARD_URL,
     AlertmanagerConfig,
@@ -298,7 +299,7 @@ def evaluate_command(
         # After the rules and notifiers, so a mistake there is named first. A store without spans
         # at all is left to the rules (each reports it cannot run, exit status 1); a span table
         # lacking columns would fail every rule with a SQL error: one clear error instead.
-        require_traces(store, allow_missing=True)
+        layout = require_traces(store, allow_missing=True)
         last = last_evaluation(store)
         if at is not None and last is not None and at < last and not force and not dry_run:
             raise TailwatchError(
@@ -307,6 +308,16 @@ def evaluate_command(
                 "to see what it would do, or --force to do it anyway"
             )
         at = at or now
+        if layout.exists and not dry_run:
+            # The service's cost from cron too: the minutes since the last build are summarised
+            # (the first time, the whole table: progress on a terminal), the rest read from them.
+            build_summaries(
+                store,
+                conventions=config.analysis.conventions_object(),
+                progress=(lambda line: click.echo(f"tailwatch: {line}", err=True))
+                if sys.stderr.isatty()
+                else None,
+            )
         result = evaluate(
             store,
             rules,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from analytics import summary_coverage
 from collectors import insert_spans
 from storage import ensure_schema, open_store
 from tailwatch.cli import main
@@ -152,3 +153,28 @@ def test_evaluate_takes_the_store_rules_notifiers_and_conventions_of_the_config(
         assert _tailwatch("alerts", "evaluate", "--at", earlier, "--dry-run").exit_code == 0
     finally:
         hook.stop()
+
+
+def test_evaluate_brings_the_summaries_up_to_date_as_the_service_does(store_dsn: str, tmp_path: Path) -> None:
+    """From cron, `alerts evaluate` pays the service's cost: the minutes since the last build are
+    summarised before the rules read them; a dry run writes nothing, summaries included."""
+    sc = b.scenario_llm_regression()
+    with open_store(store_dsn) as store:
+        ensure_schema(store)
+        insert_spans(store, sc.spans)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(RULES)
+    at = sc.end.isoformat()
+    dry = _tailwatch(
+        "alerts", "evaluate", "--store", store_dsn, "--rules", str(rules), "--at", at, "--dry-run"
+    )
+    assert dry.exit_code == 0, dry.output
+    with open_store(store_dsn) as store:
+        assert summary_coverage(store) == []
+    proc = _tailwatch("alerts", "evaluate", "--store", store_dsn, "--rules", str(rules), "--at", at)
+    assert proc.exit_code == 0, proc.output
+    assert "FIRING   chat-p99-regression" in proc.output
+    with open_store(store_dsn) as store:
+        (covered,) = summary_coverage(store)
+        first = min(s.start_ns for s in sc.spans)
+        assert covered[0] <= b.dt(first) and covered[1] > sc.end
