@@ -85,7 +85,7 @@ from analytics.summary_tables import (
 )
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
 from collectors import TRACES_TABLE, distributed_parts
-from storage import Store, as_utc, ensure_schema, quote_identifier
+from storage import Lease, Store, StoreError, as_utc, ensure_schema, quote_identifier
 
 __all__ = [
     "SummaryBuild",
@@ -104,6 +104,13 @@ _MINUTE = timedelta(minutes=1)
 # The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates).
 # A build summarises again every minute recorded with an older layout.
 LAYER = 1
+# Recorded for a chunk's minutes before its rows are written, replaced by LAYER once they all are:
+# a build killed in between leaves them so, and the next build summarises them again (after
+# deleting whatever part of their rows was written).
+IN_PROGRESS = 255
+# How long a summary build's lease lasts without renewal (it renews after every chunk): a build
+# killed mid-way holds off the others no longer than this.
+_LEASE_TTL_S = 300.0
 _Q = 0.99  # the quantile whose ranks (and bootstrap draws) the top requests must hold
 _KEY_SCHEMA: dict[str, Any] = {"service": pl.String, "operation": pl.String}
 _TOP_ROW_SCHEMA: dict[str, Any] = {
@@ -515,9 +522,15 @@ def _recorded_counts(store: Store, lo: datetime, hi: datetime) -> dict[datetime,
 
 
 def _record_minutes(
-    store: Store, lo: datetime, hi: datetime, built_at: datetime, counts: dict[datetime, int]
+    store: Store,
+    lo: datetime,
+    hi: datetime,
+    built_at: datetime,
+    counts: dict[datetime, int],
+    layer: int = LAYER,
 ) -> int:
-    """Record [lo, hi) as summarised, each minute with the span rows it held (``counts``)."""
+    """Record [lo, hi) as summarised, each minute with the span rows it held (``counts``) — or, with
+    ``layer=IN_PROGRESS``, as being summarised (see :func:`build_summaries`)."""
     minutes = []
     m = lo
     while m < hi:
@@ -530,7 +543,7 @@ def _record_minutes(
                 "minute": minutes,
                 "spans": [counts.get(m, 0) for m in minutes],
                 "built_at": [built_at] * len(minutes),
-                "layer": [LAYER] * len(minutes),
+                "layer": [layer] * len(minutes),
             },
             schema={
                 "minute": pl.Datetime("us", "UTC"),
@@ -555,21 +568,20 @@ def summary_coverage(
     if lo is not None and hi is not None:
         where = "WHERE minute >= {lo:DateTime} AND minute < {hi:DateTime}"
         params = {"lo": floor_minute(as_utc(lo)), "hi": ceil_minute(as_utc(hi))}
-    if layer:
-        # The latest record of each minute says which layout its rows have.
-        inner = f"SELECT minute FROM {store.table(MINUTES_TABLE)} {where} GROUP BY minute"
-        where = f"WHERE minute IN ({inner} HAVING argMax(layer, built_at) >= {{layer:UInt8}})"
-        params = {**params, "layer": layer}
-    # Runs of consecutive minutes, found in SQL: a minute starts a run when the one before is absent.
+    # The latest record of each minute says which layout its rows have; a minute being summarised
+    # (or whose build was killed) is not covered.
     rows = store.query_rows(
         f"""
 SELECT min(minute), max(minute) + 60
 FROM (
     SELECT minute, toUnixTimestamp(minute) DIV 60 - row_number() OVER (ORDER BY minute) AS run
-    FROM (SELECT DISTINCT minute FROM {store.table(MINUTES_TABLE)} {where})
+    FROM (
+        SELECT minute FROM {store.table(MINUTES_TABLE)} {where} GROUP BY minute
+        HAVING argMax(layer, built_at) != {{busy:UInt8}} AND argMax(layer, built_at) >= {{layer:UInt8}}
+    )
 )
 GROUP BY run ORDER BY 1""",
-        params,
+        {**params, "busy": IN_PROGRESS, "layer": layer},
     )
     return [(as_utc(a), as_utc(b)) for a, b in rows]
 
@@ -591,8 +603,11 @@ class SummaryBuild:
     resummarised: int  # minutes summarised again (late or repeated spans)
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    busy: str | None = None  # another instance held the build lease: nothing was done
 
     def describe(self) -> str:
+        if self.busy is not None:
+            return f"another build is running ({self.busy}): left to it"
         if self.built_from is None and not self.resummarised:
             return "summaries up to date"
         total = sum(self.rows.values())
@@ -644,6 +659,22 @@ def build_summaries(
     conv = conventions or Conventions()
     started = time.perf_counter()
     ensure_schema(store, MIGRATIONS)
+    lease = Lease(store, "summaries", _LEASE_TTL_S)
+    with lease.held() as mine:
+        if not mine:
+            # Another instance is building: its minutes are this build's minutes.
+            return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started, lease.current_holder)
+        return _build(store, until, conv, progress, lease, started)
+
+
+def _build(
+    store: Store,
+    until: datetime | None,
+    conv: Conventions,
+    progress: Callable[[str], None] | None,
+    lease: Lease,
+    started: float,
+) -> SummaryBuild:
     limit = floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
     covered = summary_coverage(store)
     tables = data_tables(store)
@@ -651,22 +682,29 @@ def build_summaries(
     rows: dict[str, int] = {}
 
     def run(lo: datetime, hi: datetime, again: bool) -> None:
-        built_at = datetime.now(UTC)
         counts = _span_counts(store, lo, hi)
         for a, b in _chunks(lo, hi, counts, conv.summary_chunk_spans):
+            if not lease.acquire():
+                raise StoreError(
+                    f"the summary build lease passed to {lease.current_holder}; stopped at {a:%H:%M}"
+                )
             if progress is not None:
                 progress(
                     f"summarising {a:%Y-%m-%d %H:%M} – {b:%Y-%m-%d %H:%M} UTC" + (" again" if again else "")
                 )
+            built_at = datetime.now(UTC)
+            # Marked as being summarised first: a build killed before the end leaves them so.
+            _record_minutes(store, a, b, built_at, counts, IN_PROGRESS)
             if again:
                 _delete(store, a, b, tables)
             for name, n in _write(store, extract_range(store, a, b, conv)).items():
                 rows[name] = rows.get(name, 0) + n
             record_release_times(store, a, b, writer, built_at, conv)
-            _record_minutes(store, a, b, built_at, counts)
+            _record_minutes(store, a, b, built_at + timedelta(milliseconds=1), counts)
 
-    # Minutes summarised before whose span rows changed since: late or repeated spans.
-    again: list[tuple[datetime, datetime]] = []
+    # Minutes summarised before whose span rows changed since (late or repeated spans), minutes of
+    # an older layout, and minutes a killed build left half written.
+    again = _outdated(store)
     if covered:
         watermark = covered[-1][1]
         horizon = max(covered[0][0], watermark - conv.summary_late_horizon)
@@ -675,7 +713,7 @@ def build_summaries(
         changed = [m for m in set(now_counts) | set(recorded) if now_counts.get(m, 0) != recorded.get(m, 0)]
         again = _merge_ranges(
             [(max(covered[0][0], m - _floor_minute_delta(conv.trace_margin)), m + _MINUTE) for m in changed]
-            + _outdated(store)
+            + again
         )
     else:
         first = store.query_value(
@@ -686,11 +724,15 @@ def build_summaries(
             _drop_expired(store, limit, conv, tables)
             return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started)
         watermark = floor_minute(as_utc(first))
+    # Minutes at or past the watermark are the new run's; it deletes first where a killed build
+    # left rows there.
     for a, b in again:
-        run(a, b, True)
+        if a < watermark:
+            run(a, min(b, watermark), True)
     built_from = watermark if watermark < limit else None
     if built_from is not None:
-        run(watermark, limit, False)
+        run(watermark, limit, any(b > watermark for _, b in again))
+    again = [(a, min(b, watermark)) for a, b in again if a < watermark]
     # Retention drops whole days: looked at on a first build and whenever a build reaches a new
     # hour, not every minute.
     if not covered or limit.replace(minute=0) > covered[-1][1].replace(minute=0):
@@ -706,8 +748,9 @@ def build_summaries(
 
 
 def _outdated(store: Store) -> list[tuple[datetime, datetime]]:
-    """The runs of minutes last summarised with an older layout than :data:`LAYER` (once, after an
-    upgrade: every minute summarised before the aggregates existed)."""
+    """The runs of minutes not last summarised with :data:`LAYER`: an older layout (once, after an
+    upgrade: every minute summarised before the aggregates existed), or :data:`IN_PROGRESS` (a build
+    killed while writing them)."""
     rows = store.query_rows(
         f"""
 SELECT min(minute), max(minute) + 60
@@ -715,7 +758,7 @@ FROM (
     SELECT minute, toUnixTimestamp(minute) DIV 60 - row_number() OVER (ORDER BY minute) AS run
     FROM (
         SELECT minute FROM {store.table(MINUTES_TABLE)} GROUP BY minute
-        HAVING argMax(layer, built_at) < {{layer:UInt8}}
+        HAVING argMax(layer, built_at) != {{layer:UInt8}}
     )
 )
 GROUP BY run ORDER BY 1""",

@@ -13,6 +13,7 @@ Usage::
 """
 
 from storage.errors import SchemaError, StoreError, StoreInUseError, TailwatchError
+from storage.lease import LEASE_TABLE, Lease, instance_id, lease_table
 from storage.migrations import (
     MIGRATIONS_TABLE,
     DDLContext,
@@ -29,8 +30,10 @@ from storage.store import Store, StoreLocation, default_store_dsn, open_store, p
 from storage.times import as_utc, format_duration, iso_z, parse_duration, parse_time, utc_now
 
 __all__ = [
+    "LEASE_TABLE",
     "MIGRATIONS_TABLE",
     "DDLContext",
+    "Lease",
     "Migration",
     "SchemaError",
     "SchemaReport",
@@ -44,7 +47,9 @@ __all__ = [
     "default_store_dsn",
     "ensure_schema",
     "format_duration",
+    "instance_id",
     "iso_z",
+    "lease_table",
     "migration_state",
     "open_store",
     "parse_dsn",

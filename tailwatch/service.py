@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import tempfile
 import threading
 import time
@@ -47,12 +46,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from analytics import Conventions
 from collectors import IngestPipeline, IngestRuntime, inspect_traces
 from slo_rules import NotifierConfig, RuleSet
-from storage import Store, TailwatchError, open_store, parse_dsn
+from storage import Lease, Store, TailwatchError, open_store, parse_dsn
 from tailwatch.commands._common import check_traces
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.metrics import TailMetrics
 from tailwatch.remote import SERVICE_FILE
-from tailwatch.service_schema import JOB_RUNS_TABLE, LEASE_TABLE, recent_job_runs
+from tailwatch.service_schema import JOB_RUNS_TABLE, recent_job_runs
 
 if TYPE_CHECKING:
     from tailwatch.api import ServiceApi
@@ -86,11 +85,6 @@ SCHEDULER_LEASE = "scheduler"
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def instance_id() -> str:
-    """``host:pid``, the name a run and a lease are recorded under."""
-    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class _CountingStore(Store):
@@ -190,63 +184,14 @@ class _JobMetrics:
         )
 
 
-class SchedulerLease:
-    """Only the holder of this lease runs scheduled jobs; any other instance stays passive.
-
-    A ClickHouse server has no compare-and-set, so the lease is append-and-read-back: an instance
-    that finds no unexpired lease held by someone else appends a renewal stamped with the *server's*
-    clock (so instance clocks never matter), then reads the newest renewal back; whoever wrote the
-    newest one holds it. Two instances racing for an expired lease can both believe they hold it
-    until the loser's next check (one renewal period), never longer. Embedded stores can be opened
-    by one process only, so their lease is trivially held.
-    """
+class SchedulerLease(Lease):
+    """Only the holder of this lease runs scheduled jobs; any other instance stays passive
+    (:class:`storage.Lease`, named ``scheduler``)."""
 
     def __init__(
         self, store: Store, ttl_s: float, holder: str | None = None, *, exclusive_store: bool | None = None
     ) -> None:
-        self.store = store
-        self.ttl_ms = max(1, round(ttl_s * 1000))
-        self.holder = holder or instance_id()
-        self.current_holder: str | None = None
-        # An embedded store is exclusive to this process: nobody else can be scheduling on it.
-        self.exclusive = store.embedded if exclusive_store is None else exclusive_store
-
-    def _newest(self) -> tuple[str, bool] | None:
-        rows = self.store.query_rows(
-            f"SELECT holder, expires_at > now64(3) FROM {self.store.table(LEASE_TABLE)} "
-            "WHERE name = {name:String} ORDER BY renewed_at DESC, holder LIMIT 1",
-            {"name": SCHEDULER_LEASE},
-        )
-        return (str(rows[0][0]), bool(rows[0][1])) if rows else None
-
-    def acquire(self) -> bool:
-        """Take or renew the lease; ``True`` while this instance holds it."""
-        if self.exclusive:
-            self.current_holder = self.holder
-            return True
-        newest = self._newest()
-        if newest is not None and newest[1] and newest[0] != self.holder:
-            self.current_holder = newest[0]
-            return False
-        self.store.command(
-            f"INSERT INTO {self.store.table(LEASE_TABLE)} (name, holder, renewed_at, expires_at) "
-            "SELECT {name:String}, {holder:String}, now64(3), now64(3) + toIntervalMillisecond({ttl:UInt32})",
-            {"name": SCHEDULER_LEASE, "holder": self.holder, "ttl": self.ttl_ms},
-        )
-        newest = self._newest()
-        self.current_holder = newest[0] if newest else None
-        return self.current_holder == self.holder
-
-    def release(self) -> None:
-        """Expire our lease now so a standby takes over at its next check, not after the TTL."""
-        if self.exclusive or self.current_holder != self.holder:
-            return
-        self.store.command(
-            f"INSERT INTO {self.store.table(LEASE_TABLE)} (name, holder, renewed_at, expires_at) "
-            "SELECT {name:String}, {holder:String}, now64(3), now64(3) - toIntervalMillisecond(1)",
-            {"name": SCHEDULER_LEASE, "holder": self.holder},
-        )
-        self.current_holder = None
+        super().__init__(store, SCHEDULER_LEASE, ttl_s, holder, exclusive_store=exclusive_store)
 
 
 class JobRunner:

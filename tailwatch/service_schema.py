@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage import DDLContext, Migration, Store, register_migrations
+from storage import LEASE_TABLE, DDLContext, Migration, Store, lease_table, register_migrations
 
 JOB_RUNS_TABLE = "tailwatch_job_runs"
-LEASE_TABLE = "tailwatch_scheduler_lease"
 
 __all__ = ["JOB_RUNS_TABLE", "LEASE_TABLE", "MIGRATIONS", "recent_job_runs"]
 
@@ -34,25 +33,10 @@ def _job_runs(ctx: DDLContext) -> list[str]:
     )
 
 
-def _lease(ctx: DDLContext) -> list[str]:
-    body = """    name LowCardinality(String),
-    holder String,
-    renewed_at DateTime64(3, 'UTC'),
-    expires_at DateTime64(3, 'UTC')"""
-    # Renewals accumulate until a merge keeps the newest; readers never depend on merges
-    # (they ORDER BY renewed_at DESC LIMIT 1).
-    return ctx.create_table(
-        LEASE_TABLE,
-        body,
-        kind="ReplacingMergeTree",
-        engine_args="renewed_at",
-        tail="ORDER BY (name, holder)",
-    )
-
-
 MIGRATIONS: tuple[Migration, ...] = (
     Migration("service", 1, JOB_RUNS_TABLE, _job_runs),
-    Migration("service", 2, LEASE_TABLE, _lease),
+    # The lease table is storage's now (storage.Lease): the same idempotent DDL.
+    Migration("service", 2, LEASE_TABLE, lease_table),
 )
 
 register_migrations(MIGRATIONS)

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import math
 import shutil
+import signal
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -197,3 +202,103 @@ def test_minutes_summarised_before_the_aggregates_are_summarised_again(store: St
     assert rebuilt.resummarised > 0
     assert summary_coverage(store, layer=LAYER) == summary_coverage(store)
     assert_aggregated_equal(analyze(store, START, END, conventions=CONV), want)
+
+
+def _counted_twice(store: Store) -> int:
+    """Aggregate rows of a (minute, service, operation, version) that has more than one."""
+    return int(
+        store.query_value(
+            "SELECT count() FROM (SELECT start FROM tailwatch_agg_requests "
+            "GROUP BY start, service, operation, version HAVING count() > 1)"
+        )
+    )
+
+
+def test_a_build_killed_mid_way_then_run_again_counts_every_minute_once(filled: Path, tmp_path: Path) -> None:
+    """`kill -9` of `tailwatch summaries build` after a few chunks (small ones: many of them), then
+    the same command again: no minute counted twice or missing."""
+    path = tmp_path / "store"
+    shutil.copytree(filled, path, symlinks=True)
+    dsn = "chdb://" + str(path)
+    (tmp_path / "tailwatch.toml").write_text("[analysis.conventions]\nsummary_chunk_spans = 1500\n")
+    command = [
+        sys.executable,
+        "-m",
+        "tailwatch",
+        "summaries",
+        "build",
+        "--store",
+        dsn,
+        "--until",
+        UNTIL.isoformat(),
+    ]
+    proc = subprocess.Popen(
+        command, cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    assert proc.stderr is not None
+    started = 0
+    for line in proc.stderr:
+        started += "summarising" in line
+        if started == 4:  # the fourth chunk is being written
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert started == 4, "the build ended before it could be killed"
+    with open_store(dsn) as store:
+        half = summary_coverage(store)
+        assert half and half[-1][1] < UNTIL  # it stopped part-way
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    with open_store(dsn) as store:
+        assert summary_coverage(store) == [(half[0][0], UNTIL)]
+        assert _counted_twice(store) == 0
+        got, want = _pair(store, START, END)
+        assert_aggregated_equal(got, want)
+        exact = analyze(store, START, START + timedelta(minutes=20), conventions=CONV)
+        full = analyze(store, START, START + timedelta(minutes=20), conventions=CONV, use_summaries=False)
+        assert exact.to_dict() == full.to_dict()
+
+
+def test_two_builds_racing_on_one_store_count_every_minute_once(store: Store) -> None:
+    results: list[Any] = []
+    threads = [
+        threading.Thread(target=lambda: results.append(build_summaries(store, until=UNTIL, conventions=CONV)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r.minutes for r in results) == [
+        0,
+        int((UNTIL - summary_coverage(store)[0][0]) / timedelta(minutes=1)),
+    ]
+    assert_aggregated_equal(*_pair(store, START, END))
+    assert _counted_twice(store) == 0
+
+
+def test_a_build_that_dies_between_writing_rows_and_recording_them_is_redone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst moment to die: a chunk's rows written, its minutes not yet recorded as done."""
+    import analytics.summaries as summaries
+
+    real = summaries.record_release_times
+    calls = {"n": 0}
+
+    def dies_on_the_third(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # as good as a kill: nothing after it runs
+        return real(*args, **kwargs)
+
+    small = replace(CONV, summary_chunk_spans=1500)
+    monkeypatch.setattr(summaries, "record_release_times", dies_on_the_third)
+    with pytest.raises(KeyboardInterrupt):
+        build_summaries(store, until=UNTIL, conventions=small)
+    assert _counted_twice(store) == 0 and store.query_value("SELECT count() FROM tailwatch_agg_requests") > 0
+    monkeypatch.setattr(summaries, "record_release_times", real)
+    again = build_summaries(store, until=UNTIL, conventions=small)
+    assert again.minutes > 0
+    assert _counted_twice(store) == 0
+    assert_aggregated_equal(*_pair(store, START, END))
