@@ -8,7 +8,6 @@ JSON); the benchmark times it against the real thing.
 
 from __future__ import annotations
 
-import itertools
 from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -100,8 +99,11 @@ def _critical(spans: list[dict[str, Any]]) -> dict[str, int]:
     return credit
 
 
-def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]:
-    """Every metric of the current window ``[start, end)`` against the window of equal length before."""
+def run(
+    store: Store, start: datetime, end: datetime, step_window: timedelta = timedelta(hours=1)
+) -> dict[str, pd.DataFrame]:
+    """Every metric of the current window ``[start, end)`` against the window of equal length before
+    (``step_window``: the release step's longest side, the ``release_step_window`` convention)."""
     baseline_start = start - (end - start)
     spans = load(store, baseline_start, end + timedelta(minutes=5))
     s_ns, e_ns, bs_ns = (int(x.timestamp() * 1e9) for x in (start, end, baseline_start))
@@ -110,7 +112,7 @@ def run(store: Store, start: datetime, end: datetime) -> dict[str, pd.DataFrame]
     window = (spans["ts"] >= s_ns) & (spans["ts"] < e_ns)
     return {
         "hot_path": hot_path(current),
-        "releases": releases(spans, roots),
+        "releases": releases(spans, roots, e_ns, step_window),
         "cold_path": cold_path(spans, window),
         "abandonment": abandonment(current),
         "retry_hops": retry_hops(spans, window),
@@ -145,18 +147,30 @@ def hot_path(current: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def releases(spans: pd.DataFrame, roots: pd.DataFrame) -> pd.DataFrame:
-    """p99 per version in release order, naive bootstrap of the p99 delta."""
+def releases(
+    spans: pd.DataFrame, roots: pd.DataFrame, e_ns: int, step_window: timedelta = timedelta(hours=1)
+) -> pd.DataFrame:
+    """Each release's own step: its first 1000 requests within ``step_window`` of its first span (not
+    past the window's end) against the other versions' requests in as long before it (the last
+    1000); naive bootstrap of the p99 delta."""
     rng = np.random.default_rng(1)
     release_rows = []
     first_seen = spans[spans["version"] != ""].groupby(["ServiceName", "version"])["ts"].min()
     for (service, op), group in roots.groupby(["ServiceName", "SpanName"]):
-        versions = sorted(group["version"].unique(), key=lambda v: first_seen.get((service, v), 0))
-        for prev, version in itertools.pairwise(versions):
-            before = group[group["version"] == prev]["duration_ms"].to_numpy()
-            after = group[(group["version"] == version) & (group["window"] == "current")][
-                "duration_ms"
-            ].to_numpy()
+        group = group.sort_values("ts", kind="stable")
+        for version in group[group["window"] == "current"]["version"].unique():
+            released = int(first_seen.get((service, version), group[group["version"] == version]["ts"].min()))
+            hi = min(released + int(step_window.total_seconds() * 1e9), e_ns)
+            mine = group[(group["version"] == version) & (group["ts"] >= released) & (group["ts"] < hi)]
+            after_rows = mine.head(1000)
+            step_end = int(after_rows["ts"].iloc[-1]) + 1000 if len(after_rows) == 1000 else hi
+            others = group[
+                (group["version"] != version)
+                & (group["ts"] >= released - (step_end - released))
+                & (group["ts"] < released)
+            ]
+            before = others.tail(1000)["duration_ms"].to_numpy()
+            after = after_rows["duration_ms"].to_numpy()
             if len(before) < 100 or len(after) < 100:
                 continue
             deltas = [
