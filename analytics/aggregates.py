@@ -27,6 +27,7 @@ are within :data:`analytics.sketch.RELATIVE_ERROR` (0.5%) of the exact ones.
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Any
 
@@ -35,6 +36,7 @@ import polars as pl
 
 from analytics._common import empty
 from analytics.abandonment import ABANDONMENT_SCHEMA, ABANDONMENT_SUMMARY_SCHEMA, cliff
+from analytics.boundary import OperationSample
 from analytics.conventions import Conventions
 from analytics.hot_path import HOT_PATH_SCHEMA, HOT_PATH_SERIES_SCHEMA, weighted_quantiles
 from analytics.sketch import bucket_expr, bucket_value_expr
@@ -43,16 +45,21 @@ from analytics.stats import wilson_interval
 __all__ = [
     "ABANDONMENT_STATE_SCHEMA",
     "AGG_REQUESTS_SCHEMA",
+    "COUNTERFACTUAL_STATE_SCHEMA",
     "LATENCY_STATE_SCHEMA",
     "TOTALS_STATE_SCHEMA",
+    "VERSION_LATENCY_STATE_SCHEMA",
     "abandonment_from_state",
     "abandonment_state",
     "abandonment_summary_from_state",
     "aggregate_requests",
+    "boundary_samples",
+    "counterfactual_state",
     "hot_path_from_state",
     "hot_path_series_from_state",
     "latency_state",
     "totals_state",
+    "version_latency_state",
 ]
 
 _KEYS = ["service", "operation", "version"]
@@ -78,6 +85,10 @@ AGG_REQUESTS_SCHEMA: dict[str, Any] = {
     "ab_weight_sq": pl.List(pl.Float64),
     "ab_abandoned": pl.List(pl.Float64),
     "ab_n": pl.List(pl.UInt64),
+    "cf_calls": pl.List(pl.UInt16),
+    "cf_bucket": pl.List(pl.Int16),
+    "cf_weight": pl.List(pl.Float64),
+    "cf_n": pl.List(pl.UInt64),
 }
 
 # The merged state a window's metrics read: per group (``service``, ``operation`` and the group's
@@ -111,14 +122,27 @@ ABANDONMENT_STATE_SCHEMA: dict[str, Any] = {
 }
 
 
-def aggregate_requests(requests: pl.DataFrame, bucket_ms: int) -> pl.DataFrame:
+def aggregate_requests(
+    requests: pl.DataFrame, bucket_ms: int, walked: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """Per (minute, service, operation, version) of ``requests`` (the stored request rows: ``start``,
-    the keys, ``duration_ms``, ``abandoned``, ``weight``, ``sync_llm_calls``): the aggregate row
-    (:data:`AGG_REQUESTS_SCHEMA`). Pure."""
+    ``trace_key``, the keys, ``duration_ms``, ``abandoned``, ``weight``, ``sync_llm_calls``,
+    ``sync_llm_ms``): the aggregate row (:data:`AGG_REQUESTS_SCHEMA`). ``walked`` (``trace_key``,
+    ``llm_ns``): the LLM time on the critical path of the traces walked when the minute was
+    summarised, which the counterfactual takes where it is less than the union of the calls (as
+    :func:`analytics.boundary.with_critical_path`). Pure."""
     if requests.is_empty():
         return empty(AGG_REQUESTS_SCHEMA)
     keys = ["start", *_KEYS]
     w = pl.col("w")
+    sync_ms = pl.col("sync_llm_ms").fill_null(0.0)
+    if walked is not None and not walked.is_empty():
+        requests = requests.join(
+            walked.select("trace_key", (pl.col("llm_ns") / 1e6).alias("_walked_ms")),
+            on="trace_key",
+            how="left",
+        )
+        sync_ms = pl.min_horizontal(sync_ms, pl.col("_walked_ms").fill_null(math.inf))
     rows = requests.select(
         pl.col("start").cast(pl.Datetime("ns", "UTC")).dt.truncate("1m"),
         pl.col(*_KEYS).cast(pl.String),
@@ -127,7 +151,9 @@ def aggregate_requests(requests: pl.DataFrame, bucket_ms: int) -> pl.DataFrame:
         pl.col("sync_llm_calls").cast(pl.Float64),
         bucket_expr("duration_ms").alias("lat"),
         (pl.col("duration_ms") // bucket_ms).cast(pl.Int64).alias("ab"),
-    )
+        pl.col("sync_llm_calls").cast(pl.UInt16).alias("calls"),
+        (pl.col("duration_ms") - sync_ms).alias("_cf"),
+    ).with_columns(bucket_expr("_cf").alias("cf"))
     totals = rows.group_by(keys).agg(
         pl.len().cast(pl.UInt64).alias("requests"),
         w.sum().alias("weight"),
@@ -156,9 +182,19 @@ def aggregate_requests(requests: pl.DataFrame, bucket_ms: int) -> pl.DataFrame:
         .group_by(keys)
         .agg(pl.col("ab").alias("ab_bucket"), "ab_weight", "ab_weight_sq", "ab_abandoned", "ab_n")
     )
+    # The latency without the synchronous calls, per number of calls: the replacement time of
+    # each removed call (a convention) is added when read.
+    counterfactual = (
+        rows.group_by(*keys, "calls", "cf")
+        .agg(w.sum().alias("cf_weight"), pl.len().cast(pl.UInt64).alias("cf_n"))
+        .sort("calls", "cf")
+        .group_by(keys)
+        .agg(pl.col("calls").alias("cf_calls"), pl.col("cf").alias("cf_bucket"), "cf_weight", "cf_n")
+    )
     return (
         totals.join(latency, on=keys, how="left")
         .join(abandonment, on=keys, how="left")
+        .join(counterfactual, on=keys, how="left")
         .with_columns(pl.lit(bucket_ms, pl.UInt32).alias("bucket_ms"))
         .sort(keys)
         .select(list(AGG_REQUESTS_SCHEMA))
@@ -217,6 +253,106 @@ def abandonment_state(requests: pl.DataFrame, bucket_ms: int) -> pl.DataFrame:
         w.filter(pl.col("abandoned")).sum().alias("abandoned"),
         pl.len().cast(pl.Int64).alias("n"),
     )
+
+
+VERSION_LATENCY_STATE_SCHEMA: dict[str, Any] = {**LATENCY_STATE_SCHEMA, "version": pl.String}
+COUNTERFACTUAL_STATE_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "calls": pl.Int64,
+    "bucket": pl.Int16,
+    "weight": pl.Float64,
+    "n": pl.Int64,
+}
+
+
+def version_latency_state(requests: pl.DataFrame) -> pl.DataFrame:
+    """:data:`VERSION_LATENCY_STATE_SCHEMA` of request rows. Pure."""
+    return latency_state(requests, [pl.col("version").cast(pl.String)])
+
+
+def counterfactual_state(requests: pl.DataFrame) -> pl.DataFrame:
+    """:data:`COUNTERFACTUAL_STATE_SCHEMA` of request rows (with ``sync_llm_ms``): the latency without
+    the synchronous LLM calls (the union of their intervals) per number of calls. Pure."""
+    rows = requests.select(
+        pl.col("service", "operation").cast(pl.String),
+        pl.col("sync_llm_calls").cast(pl.Int64).alias("calls"),
+        pl.col("weight").fill_null(1.0).alias("w"),
+        bucket_expr(pl.col("duration_ms") - pl.col("sync_llm_ms").fill_null(0.0)).alias("bucket"),
+    )
+    return rows.group_by("service", "operation", "calls", "bucket").agg(
+        pl.col("w").sum().alias("weight"), pl.len().cast(pl.Int64).alias("n")
+    )
+
+
+def boundary_samples(
+    totals: pl.DataFrame, versions: pl.DataFrame, without: pl.DataFrame, replacement_ms: float
+) -> dict[tuple[str, str], tuple[OperationSample, np.ndarray]]:
+    """Per operation, the :class:`analytics.boundary.OperationSample` of merged state (totals,
+    latency per version, counterfactual per number of calls) and its stored requests per latency
+    value: what :func:`analytics.boundary.boundary_of` reads. Pure."""
+    merged = totals.group_by("service", "operation").agg(
+        pl.col("requests").sum(),
+        pl.col("weight").sum(),
+        pl.col("weight_sq").sum(),
+        pl.col("weight_min").min(),
+        pl.col("weight_max").max(),
+        pl.col("sync_llm_calls").sum(),
+    )
+    by_version = versions.group_by("service", "operation", "version", "bucket").agg(
+        pl.col("weight", "n").sum()
+    )
+    latency = (
+        by_version.group_by("service", "operation", "bucket")
+        .agg(pl.col("weight", "n").sum())
+        .with_columns(bucket_value_expr("bucket").alias("value"))
+        .sort("service", "operation", "value")
+    )
+    cf = (
+        without.group_by("service", "operation", "calls", "bucket")
+        .agg(pl.col("weight").sum())
+        .with_columns((bucket_value_expr("bucket") + pl.col("calls") * replacement_ms).alias("value"))
+        .sort("service", "operation", "value")
+    )
+    lat_parts = latency.partition_by("service", "operation", as_dict=True)
+    cf_parts = cf.partition_by("service", "operation", as_dict=True)
+    version_parts = by_version.partition_by("service", "operation", as_dict=True)
+    out: dict[tuple[str, str], tuple[OperationSample, np.ndarray]] = {}
+    for row in merged.iter_rows(named=True):
+        key = (row["service"], row["operation"])
+        lat = lat_parts.get(key)
+        if lat is None or row["requests"] == 0:
+            continue
+        without_part = cf_parts.get(key, cf.clear())
+        sampled = row["weight_min"] != 1.0 or row["weight_max"] != 1.0
+        version_rows = []
+        for (version,), part in version_parts[key].partition_by("version", as_dict=True).items():
+            part = part.with_columns(bucket_value_expr("bucket").alias("value")).sort("value")
+            values, weights = part["value"].to_numpy(), part["weight"].to_numpy()
+            p99 = weighted_quantiles(values, weights, np.array([0, values.size]), [0.99])[0, 0]
+            count = round(float(weights.sum())) if sampled else int(part["n"].sum())
+            version_rows.append((str(version), count, float(p99)))
+        total = float(row["weight"])
+        out[key] = (
+            OperationSample(
+                latency=lat["value"].to_numpy(),
+                latency_weights=lat["weight"].to_numpy(),
+                without=without_part["value"].to_numpy(),
+                without_weights=without_part["weight"].to_numpy(),
+                sampled=sampled,
+                stored=int(row["requests"]),
+                total=total,
+                n_eff=total**2 / float(row["weight_sq"]) if sampled else float(row["requests"]),
+                calls=float(row["sync_llm_calls"]) / total,
+                versions=pl.DataFrame(
+                    version_rows,
+                    schema={"version": pl.String, "requests": pl.Int64, "duration_ms": pl.Float64},
+                    orient="row",
+                ),
+            ),
+            lat["n"].to_numpy(),
+        )
+    return out
 
 
 # --- metrics from merged state ------------------------------------------------------------------

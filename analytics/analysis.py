@@ -30,6 +30,7 @@ from analytics.abandonment import (
 from analytics.aggregates import (
     abandonment_from_state,
     abandonment_summary_from_state,
+    boundary_samples,
     hot_path_from_state,
     hot_path_series_from_state,
 )
@@ -49,6 +50,7 @@ from analytics.boundary import (
     BOUNDARY_RELEASES_SCHEMA,
     BOUNDARY_SCHEMA,
     boundary,
+    boundary_of,
     counterfactual,
     with_critical_path,
 )
@@ -724,6 +726,10 @@ class _FromSummaries:
     @cached_property
     def _boundary(self) -> tuple[pl.DataFrame, pl.DataFrame]:
         buckets, buckets_summary = self._buckets
+        if self._aggregated:
+            samples = boundary_samples(*self.inputs.boundary_state(), self.conv.sync_llm_replacement_ms)
+            window_s = (self.windows.end - self.windows.start).total_seconds()
+            return boundary_of(samples, buckets_summary, buckets, self.releases, window_s, self.conv)
         return boundary(
             self._current,
             buckets_summary,

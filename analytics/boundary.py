@@ -22,6 +22,8 @@ against it, and what to do about it (Polars and numpy, pure).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Any, Literal
 
@@ -36,8 +38,10 @@ __all__ = [
     "BOUNDARY_RELEASES_SCHEMA",
     "BOUNDARY_SCHEMA",
     "COUNTERFACTUAL_SCHEMA",
+    "OperationSample",
     "Recommendation",
     "boundary",
+    "boundary_of",
     "budget_for",
     "counterfactual",
     "sync_llm_union_ns",
@@ -280,6 +284,7 @@ def _saved_per_day(
     bucket_ms: int,
     per_day: float,
     weights: np.ndarray | None = None,
+    without_weights: np.ndarray | None = None,
 ) -> float | None:
     """Expected abandoned requests a day saved, from the operation's curve (``lo_ms``, ``rate``,
     ``abandoned``); ``None`` when nobody abandoned (no curve to read). A bucket the counterfactual
@@ -296,8 +301,59 @@ def _saved_per_day(
         at = np.clip(np.searchsorted(index, buckets, side="right") - 1, 0, index.size - 1)
         return rates[at]
 
-    saved = rate(latency) - rate(without)
-    return float((saved if weights is None else saved * weights).sum()) * per_day
+    if weights is None and without_weights is None:
+        return float((rate(latency) - rate(without)).sum()) * per_day
+
+    # Sums of rates over each distribution (a histogram's latency and counterfactual buckets differ).
+    def total(rates_: np.ndarray, w: np.ndarray | None) -> float:
+        return float(rates_.sum() if w is None else (rates_ * w).sum())
+
+    return (total(rate(latency), weights) - total(rate(without), without_weights)) * per_day
+
+
+@dataclass(frozen=True)
+class OperationSample:
+    """What the boundary reads of one operation's requests: its latency and counterfactual latency
+    distributions as values with weights (stored requests, each weight 1 unless sampled — or the
+    buckets of a merged histogram, each weighted by its count), and the figures beside them."""
+
+    latency: np.ndarray
+    latency_weights: np.ndarray | None  # None: every request stands for itself, one value each
+    without: np.ndarray
+    without_weights: np.ndarray | None
+    sampled: bool  # the data is sampled (weights ≠ 1): the sentences and warning say so
+    stored: int  # stored requests
+    total: float  # the requests they stand for
+    n_eff: float
+    calls: float  # synchronous LLM calls per request (weighted mean)
+    versions: pl.DataFrame  # version, requests, duration_ms (its p99)
+
+
+def _tail_samples(sample: OperationSample, p99: float, stored_counts: np.ndarray | None) -> int:
+    at_or_above = sample.latency >= p99
+    if stored_counts is None:
+        return int(at_or_above.sum())
+    return int(stored_counts[at_or_above].sum())
+
+
+def _sample_of(group: pl.DataFrame) -> OperationSample:
+    """One operation's :func:`counterfactual` requests as an :class:`OperationSample`."""
+    latency = group["duration_ms"].to_numpy()
+    weights = _weights(group)
+    total = float(latency.size) if weights is None else float(weights.sum())
+    per_request = group["sync_llm_calls"].cast(pl.Float64).to_numpy()
+    return OperationSample(
+        latency=latency,
+        latency_weights=weights,
+        without=group["without_sync_llm_ms"].to_numpy(),
+        without_weights=weights,
+        sampled=weights is not None,
+        stored=int(latency.size),
+        total=total,
+        n_eff=float(latency.size) if weights is None else total**2 / float((weights**2).sum()),
+        calls=float(per_request.mean() if weights is None else (per_request * weights).sum() / total),
+        versions=_version_p99s(group, weights is not None),
+    )
 
 
 def boundary(
@@ -312,6 +368,25 @@ def boundary(
     summary (cliffs) and buckets (the curve), the release rows (release times) and the window's
     length. Pure."""
     if requests.is_empty():
+        return empty(BOUNDARY_SCHEMA), empty(BOUNDARY_RELEASES_SCHEMA)
+    samples = {
+        (str(key[0]), str(key[1])): (_sample_of(group), None)
+        for key, group in requests.partition_by("service", "operation", as_dict=True).items()
+    }
+    return boundary_of(samples, abandonment_summary, buckets, release_rows, window_seconds, conventions)
+
+
+def boundary_of(
+    samples: Mapping[tuple[str, str], tuple[OperationSample, np.ndarray | None]],
+    abandonment_summary: pl.DataFrame,
+    buckets: pl.DataFrame,
+    release_rows: pl.DataFrame,
+    window_seconds: float,
+    conventions: Conventions,
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(boundary, boundary_releases) from each operation's :class:`OperationSample` and, for a
+    histogram's, the stored requests per latency value (for the tail count). Pure."""
+    if not samples:
         return empty(BOUNDARY_SCHEMA), empty(BOUNDARY_RELEASES_SCHEMA)
     per_day = 86400.0 / window_seconds
     cliffs = {
@@ -331,24 +406,18 @@ def boundary(
     }
     rows: list[dict[str, Any]] = []
     release_out: list[dict[str, Any]] = []
-    for (service, operation), group in sorted(
-        requests.partition_by("service", "operation", as_dict=True).items(), key=lambda kv: kv[0]
-    ):
-        service, operation = str(service), str(operation)
-        latency = group["duration_ms"].to_numpy()
-        without = group["without_sync_llm_ms"].to_numpy()
-        # None when unsampled: the exact unweighted code path, unchanged.
-        weights = _weights(group)
-        total = float(latency.size) if weights is None else float(weights.sum())
+    for (service, operation), (sample, stored_counts) in sorted(samples.items(), key=lambda kv: kv[0]):
+        latency, without = sample.latency, sample.without
+        weights, without_weights = sample.latency_weights, sample.without_weights
+        total, calls, n_eff = sample.total, sample.calls, sample.n_eff
         budget, source = budget_for(service, operation, cliffs.get((service, operation)), conventions)
-        p99, p99_without = _p99(latency, weights), _p99(without, weights)
-        per_request = group["sync_llm_calls"].cast(pl.Float64).to_numpy()
-        calls = float(per_request.mean() if weights is None else (per_request * weights).sum() / total)
+        p99, p99_without = _p99(latency, weights), _p99(without, without_weights)
         curve = curves.get((service, operation), no_curve)
-        saved = _saved_per_day(latency, without, curve, conventions.bucket_ms, per_day, weights)
-        tail_samples = int((latency >= p99).sum())
-        n_eff = float(latency.size) if weights is None else total**2 / float((weights**2).sum())
-        warning = weights is not None and tail_samples < conventions.min_sampled_tail
+        saved = _saved_per_day(
+            latency, without, curve, conventions.bucket_ms, per_day, weights, without_weights
+        )
+        tail_samples = _tail_samples(sample, p99, stored_counts)
+        warning = sample.sampled and tail_samples < conventions.min_sampled_tail
         over = over_without = None
         recommendation: Recommendation | None = None
         reasons: list[str] = []
@@ -356,7 +425,7 @@ def boundary(
             reasons.append("no latency budget: none configured and the abandonment curve has no cliff")
         else:
             over = _count_over(latency, budget, weights)
-            over_without = _count_over(without, budget, weights)
+            over_without = _count_over(without, budget, without_weights)
             if p99 < budget:
                 recommendation = "keep"
             elif p99_without < budget:
@@ -382,15 +451,14 @@ def boundary(
             reasons.append("no synchronous model call on this path: its time is internal work")
         if saved is not None and calls > 0:
             reasons.append(f"≈ {_count(saved)} abandoned requests a day saved without them (curve)")
-        if weights is not None:
+        if sample.sampled:
             reasons.append(
-                f"sampled: {latency.size:,} stored requests stand for {round(total):,} "
+                f"sampled: {sample.stored:,} stored requests stand for {round(total):,} "
                 f"(effective sample size {n_eff:,.0f}); {tail_samples:,} of them at or above the p99"
                 + (f", fewer than {conventions.min_sampled_tail}: the p99 is rough" if warning else "")
             )
-        versions = _version_p99s(group, weights is not None)
         shares: list[tuple[Any, str, float | None]] = []
-        for version, count, p99_version in versions.iter_rows():
+        for version, count, p99_version in sample.versions.iter_rows():
             at = released.get((service, operation, version))
             share = p99_version / budget if budget is not None else None
             release_out.append(
@@ -415,7 +483,7 @@ def boundary(
             {
                 "service": service,
                 "operation": operation,
-                "requests": int(latency.size) if weights is None else round(total),
+                "requests": sample.stored if not sample.sampled else round(total),
                 "p99_ms": p99,
                 "budget_ms": budget,
                 "budget_source": source,
@@ -427,7 +495,7 @@ def boundary(
                 "abandoned_saved_per_day": saved,
                 "recommendation": recommendation,
                 "reasons": reasons,
-                "sampled_requests": int(latency.size),
+                "sampled_requests": sample.stored,
                 "effective_sample_size": n_eff,
                 "p99_warning": warning,
             }

@@ -66,9 +66,9 @@ def bucket_value(index: np.ndarray | Sequence[int]) -> np.ndarray:
     return np.where(idx == ZERO_BUCKET, 0.0, out)
 
 
-def bucket_expr(column: str) -> pl.Expr:
-    """:func:`bucket_index` as a Polars expression over a column of milliseconds."""
-    value = pl.col(column).cast(pl.Float64)
+def bucket_expr(column: str | pl.Expr) -> pl.Expr:
+    """:func:`bucket_index` as a Polars expression over a column (or expression) of milliseconds."""
+    value = (pl.col(column) if isinstance(column, str) else column).cast(pl.Float64)
     return (
         pl.when(value > MIN_MS).then((value.log() / _LOG_GAMMA).ceil()).otherwise(ZERO_BUCKET).cast(pl.Int16)
     )

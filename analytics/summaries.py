@@ -47,13 +47,17 @@ from analytics._common import Windows, ceil_minute, empty, first_of_each, floor_
 from analytics.aggregates import (
     ABANDONMENT_STATE_SCHEMA,
     AGG_REQUESTS_SCHEMA,
+    COUNTERFACTUAL_STATE_SCHEMA,
     LATENCY_STATE_SCHEMA,
     TOTALS_STATE_SCHEMA,
+    VERSION_LATENCY_STATE_SCHEMA,
     abandonment_state,
     aggregate_requests,
+    counterfactual_state,
     latency_state,
     series_bucket,
     totals_state,
+    version_latency_state,
 )
 from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_spans
@@ -419,7 +423,7 @@ def extract_range(
         job_spans=fetch_job_spans(store, only, conv),
         workflow_spans=wf_spans,
         evaluations=fetch_flag_evaluations(store, only, conv, margin=False),
-        request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms),
+        request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms, walks),
     )
 
 
@@ -1108,6 +1112,36 @@ class SummaryInputs:
         return (
             pl.concat([_cast(totals, totals_schema), _cast(totals_state(rows, group), totals_schema)]),
             pl.concat([_cast(latency, latency_schema), _cast(latency_state(rows, group), latency_schema)]),
+        )
+
+    def boundary_state(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+        """The current window's requests as the boundary's merged state: (totals, latency per
+        version, latency without the synchronous LLM calls per number of calls)."""
+        versions = self._merged(
+            "service, operation, version, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+            "service, operation, version, bucket",
+            "ARRAY JOIN lat_bucket AS b, lat_weight AS w, lat_n AS n",
+        )
+        without = self._merged(
+            "service, operation, toInt64(c) AS calls, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+            "service, operation, calls, bucket",
+            "ARRAY JOIN cf_calls AS c, cf_bucket AS b, cf_weight AS w, cf_n AS n",
+        )
+        rows = self._rest_rows
+        return (
+            self.request_state()[0],
+            pl.concat(
+                [
+                    _cast(versions, VERSION_LATENCY_STATE_SCHEMA),
+                    _cast(version_latency_state(rows), VERSION_LATENCY_STATE_SCHEMA),
+                ]
+            ),
+            pl.concat(
+                [
+                    _cast(without, COUNTERFACTUAL_STATE_SCHEMA),
+                    _cast(counterfactual_state(rows), COUNTERFACTUAL_STATE_SCHEMA),
+                ]
+            ),
         )
 
     def abandonment_state(self) -> pl.DataFrame | None:

@@ -185,7 +185,8 @@ _TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
 
 # The per-minute aggregates (analytics.aggregates): per (minute, service, operation, version), the
 # requests' counts and weights and two histograms — latency in log buckets (analytics.sketch) and
-# the abandonment buckets of ``bucket_ms`` — each as parallel arrays that ``sumMap``/ARRAY JOIN merge.
+# the abandonment buckets of ``bucket_ms``, and the latency without the synchronous LLM calls per
+# number of those calls — each as parallel arrays that ARRAY JOIN and GROUP BY merge.
 _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
     (
         AGG_REQUESTS_TABLE,
@@ -208,7 +209,11 @@ _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ab_weight Array(Float64),
     ab_weight_sq Array(Float64),
     ab_abandoned Array(Float64),
-    ab_n Array(UInt64)""",
+    ab_n Array(UInt64),
+    cf_calls Array(UInt16),
+    cf_bucket Array(Int16),
+    cf_weight Array(Float64),
+    cf_n Array(UInt64)""",
         "(service, operation, start)",
         "cityHash64(service, operation)",
     ),

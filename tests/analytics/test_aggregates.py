@@ -114,6 +114,27 @@ def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
     )
     for a, b in zip(got.abandonment_summary["p99_ms"], want.abandonment_summary["p99_ms"], strict=True):
         assert _close(a, b)
+    # The boundary: p99s with and without the synchronous calls within the bound; counts over the
+    # budget off by at most the requests within 0.5% of it; the same budgets and recommendations.
+    keys = ["service", "operation"]
+    g, w = got.boundary.sort(keys), want.boundary.sort(keys)
+    exact = ["service", "operation", "requests", "budget_ms", "budget_source", "sync_llm_calls_per_request",
+             "sampled_requests", "effective_sample_size", "recommendation"]  # fmt: skip
+    assert_frame_equal(g.select(exact), w.select(exact), check_exact=False, rel_tol=1e-12)
+    for column in ("p99_ms", "p99_without_sync_llm_ms"):
+        for a, b in zip(g[column], w[column], strict=True):
+            assert _close(a, b), (column, a, b)
+    for column in ("requests_over_budget", "requests_over_budget_without_sync_llm"):
+        for a, b in zip(g[column], w[column], strict=True):
+            assert (a is None) == (b is None) and (a is None or abs(a - b) <= 2 + 0.01 * b), (column, a, b)
+    for a, b in zip(g["abandoned_saved_per_day"], w["abandoned_saved_per_day"], strict=True):
+        assert (a is None) == (b is None) and (a is None or abs(a - b) <= 0.02 * abs(b) + 1.0), (a, b)
+    gr, wr = got.boundary_releases, want.boundary_releases
+    assert gr.select("service", "operation", "version", "released_at", "requests").equals(
+        wr.select("service", "operation", "version", "released_at", "requests")
+    )
+    for a, b in zip(gr["p99_ms"], wr["p99_ms"], strict=True):
+        assert _close(a, b)
 
 
 def _pair(store: Store, start: datetime, end: datetime) -> tuple[Analysis, Analysis]:
@@ -142,6 +163,10 @@ def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: S
     assert build.rows[AGG_REQUESTS_TABLE] < requests / 3
     got, want = _pair(store, START, END)
     assert want.hot_path.height >= 3 and want.abandonment.height > 10
+    assert (
+        want.boundary["budget_ms"].is_not_null().any()
+        and (want.boundary["sync_llm_calls_per_request"] > 0).any()
+    )
     assert_aggregated_equal(got, want)
     # Whole minutes too, and a window holding the release.
     assert_aggregated_equal(*_pair(store, dt(at(HOUR)), dt(at(2 * HOUR))))
