@@ -829,7 +829,9 @@ class _FromSummaries:
 
     @cached_property
     def slices(self) -> pl.DataFrame:
-        return slices(self._current, self.inputs.evaluations, self._jobs[0], self.conv)
+        # A slice is the requests of its variant's traces: a long window reads only those.
+        requests = self.inputs.flagged_requests() if self._aggregated else self._current
+        return slices(requests, self.inputs.evaluations, self._jobs[0], self.conv)
 
     @cached_property
     def cold_path(self) -> pl.DataFrame:

@@ -1042,21 +1042,22 @@ class SummaryInputs:
         aggregated minutes: stored rows where summarised, reduced raw rows elsewhere."""
         _, rest = self._agg_pieces
         stored, raw = _split(rest, self.ranges)
-        frames = [
-            _cast(
-                _read(self.store, REQUESTS_TABLE, ", ".join(STORED_REQUESTS_SCHEMA), stored),
-                STORED_REQUESTS_SCHEMA,
-            )
-        ]
+        columns = ", ".join(STORED_REQUESTS_SCHEMA)
+        stored_rows = _cast(_read(self.store, REQUESTS_TABLE, columns, stored), STORED_REQUESTS_SCHEMA)
+        return pl.concat([stored_rows, *self._extracted_requests(raw)])
+
+    def _extracted_requests(
+        self, ranges: list[tuple[datetime, datetime]], keep: pl.Expr | None = None
+    ) -> list[pl.DataFrame]:
+        """The request rows reduced from raw spans that start in ``ranges`` (and pass ``keep``)."""
+        frames = []
         for part in self.extracted:
-            for a, b in raw:
+            for a, b in ranges:
                 if b > part.lo and a < part.hi:
-                    frames.append(
-                        _cast(part.requests, STORED_REQUESTS_SCHEMA).filter(
-                            self._between(pl.col("start").dt.epoch("ns"), max(a, part.lo), min(b, part.hi))
-                        )
-                    )
-        return pl.concat(frames)
+                    inside = self._between(pl.col("start").dt.epoch("ns"), max(a, part.lo), min(b, part.hi))
+                    rows = _cast(part.requests, STORED_REQUESTS_SCHEMA)
+                    frames.append(rows.filter(inside if keep is None else inside & keep))
+        return frames
 
     def _merged(
         self, select: str, group: str, array_join: str = "", extra: dict[str, Any] | None = None
@@ -1112,6 +1113,21 @@ class SummaryInputs:
         return (
             pl.concat([_cast(totals, totals_schema), _cast(totals_state(rows, group), totals_schema)]),
             pl.concat([_cast(latency, latency_schema), _cast(latency_state(rows, group), latency_schema)]),
+        )
+
+    def flagged_requests(self) -> pl.DataFrame:
+        """The current window's requests (:data:`~analytics.hot_path.REQUESTS_SCHEMA` columns) of the
+        traces with a flag evaluation: all the slices read — not every request of a long window."""
+        keys = self.evaluations["trace_key"].unique()
+        w = self.windows
+        stored, raw = _split([(w.start, w.end)], self.ranges)
+        columns = ", ".join(STORED_REQUESTS_SCHEMA)
+        stored_rows = _cast(
+            _read_keyed(self.store, REQUESTS_TABLE, columns, stored, keys), STORED_REQUESTS_SCHEMA
+        )
+        raw_rows = self._extracted_requests(raw, pl.col("trace_key").is_in(keys.implode()))
+        return pl.concat([stored_rows, *raw_rows]).with_columns(
+            pl.lit("current").cast(WINDOW).alias("window")
         )
 
     def boundary_state(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -1544,24 +1560,27 @@ _WALK_COLUMNS = (
 )
 
 
+def _read_keyed(
+    store: Store, table: str, columns: str, ranges: list[tuple[datetime, datetime]], keys: pl.Series
+) -> pl.DataFrame:
+    """The rows of ``table`` in ``ranges`` whose ``trace_key`` is one of ``keys``: through a key set
+    on the embedded store, an array parameter on a server."""
+    if keys.is_empty() or not ranges:
+        return pl.DataFrame()
+    where, params = _in_ranges(ranges)
+    sql = f"SELECT {columns} FROM {store.table(table)} WHERE {where} AND "
+    if store.embedded:
+        with store.key_set(keys) as key_set:
+            return store.query_polars(sql + f"trace_key IN {key_set}", params)
+    return store.query_polars(
+        sql + "has({keys:Array(UInt64)}, trace_key)", {**params, "keys": keys.cast(pl.UInt64).to_list()}
+    )
+
+
 def _stored_walks(
     store: Store, keys: pl.Series, lo: datetime, hi: datetime
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
-    if keys.is_empty():
-        return empty(WALKS_SCHEMA), empty(CRITICAL_PATH_SCHEMA)
-    params = {"lo": lo, "hi": hi}
-    where = "start >= {lo:DateTime64(9)} AND start < {hi:DateTime64(9)}"
-    table = store.table(TAIL_WALKS_TABLE)
-    if store.embedded:
-        with store.key_set(keys) as key_set:
-            frame = store.query_polars(
-                f"SELECT {_WALK_COLUMNS} FROM {table} WHERE {where} AND trace_key IN {key_set}", params
-            )
-    else:
-        frame = store.query_polars(
-            f"SELECT {_WALK_COLUMNS} FROM {table} WHERE {where} AND has({{keys:Array(UInt64)}}, trace_key)",
-            {**params, "keys": keys.to_list()},
-        )
+    frame = _read_keyed(store, TAIL_WALKS_TABLE, _WALK_COLUMNS, [(lo, hi)], keys)
     if frame.is_empty():
         return empty(WALKS_SCHEMA), empty(CRITICAL_PATH_SCHEMA)
     frame = first_of_each(normalize(frame), "trace_key")

@@ -37,6 +37,7 @@ from tests.analytics.builders import (
     dt,
     hot_request,
     scenario_abandonment_cliff,
+    scenario_flag_split,
     scenario_llm_regression,
 )
 
@@ -53,6 +54,15 @@ def _spans() -> list[SpanRow]:
     cliff = scenario_abandonment_cliff(requests=600).spans
     offset = int((HOUR + 40) * S)
     spans += [replace(s, start_ns=s.start_ns + offset) for s in cliff]
+    flags = scenario_flag_split(requests=300).spans
+    spans += [
+        replace(
+            s,
+            start_ns=s.start_ns + offset,
+            events=tuple(replace(e, timestamp_ns=e.timestamp_ns + offset) for e in s.events),
+        )
+        for s in flags
+    ]
     # A steady operation with two versions, a release inside the window.
     for i in range(10_000):
         t = i * 0.9
@@ -129,6 +139,8 @@ def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
             assert (a is None) == (b is None) and (a is None or abs(a - b) <= 2 + 0.01 * b), (column, a, b)
     for a, b in zip(g["abandoned_saved_per_day"], w["abandoned_saved_per_day"], strict=True):
         assert (a is None) == (b is None) and (a is None or abs(a - b) <= 0.02 * abs(b) + 1.0), (a, b)
+    # The slices read only the flagged requests: the same figures exactly.
+    assert_frame_equal(got.slices, want.slices)
     gr, wr = got.boundary_releases, want.boundary_releases
     assert gr.select("service", "operation", "version", "released_at", "requests").equals(
         wr.select("service", "operation", "version", "released_at", "requests")
@@ -167,6 +179,7 @@ def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: S
         want.boundary["budget_ms"].is_not_null().any()
         and (want.boundary["sync_llm_calls_per_request"] > 0).any()
     )
+    assert want.slices.height >= 2
     assert_aggregated_equal(got, want)
     # Whole minutes too, and a window holding the release.
     assert_aggregated_equal(*_pair(store, dt(at(HOUR)), dt(at(2 * HOUR))))
