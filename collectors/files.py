@@ -14,7 +14,7 @@ from __future__ import annotations
 import gzip
 import struct
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -55,8 +55,13 @@ class FileReport:
     path: Path
     format: str = ""
     requests: int = 0
+    # Spans read and valid; ``committed`` of them are in the store (inserted, or acknowledged by the
+    # receiver they were sent to). They differ only while a batch waits or after an interruption.
     accepted: int = 0
     rejected: int = 0
+    committed: int = 0
+    # Read to its end (or given up on with an error): nothing of it is left to read.
+    finished: bool = False
     errors: list[str] = field(default_factory=list)
     # Why spans were rejected: the first reason of each request that lost some, at most a few.
     rejections: list[str] = field(default_factory=list)
@@ -69,10 +74,19 @@ class FileReport:
 @dataclass
 class IngestReport:
     files: list[FileReport] = field(default_factory=list)
+    # Stopped early (``stop``), with what was read inserted; the files not finished are left.
+    interrupted: bool = False
+    # Spans whose insert was under way when an exception (a second Ctrl-C) ended the ingest: they
+    # may or may not be in the store.
+    in_flight: int = 0
 
     @property
     def accepted(self) -> int:
         return sum(f.accepted for f in self.files)
+
+    @property
+    def committed(self) -> int:
+        return sum(f.committed for f in self.files)
 
     @property
     def rejected(self) -> int:
@@ -151,17 +165,22 @@ def _length_prefixed(data: bytes) -> Iterator[bytes]:
 
 
 class _Batcher:
-    """Collects requests until ``batch_rows`` spans, then inserts them in one go."""
+    """Collects requests until ``batch_rows`` spans, then inserts them in one go; each file's
+    ``committed`` counts the spans of its requests once their batch is inserted."""
 
-    def __init__(self, store: Store, batch_rows: int, native: NativeInserter | None) -> None:
+    def __init__(
+        self, store: Store, batch_rows: int, native: NativeInserter | None, report: IngestReport
+    ) -> None:
         self.writer = StoreSpanWriter(store)
         self.batch_rows = batch_rows
         self.native = native
+        self.report = report
         self.tables: list[pa.Table] = []
         self.raw: list[bytes] = []
         self.rows = 0
+        self.owners: list[tuple[FileReport, int]] = []
 
-    def add(self, body: bytes | tuple[str, bytes]) -> tuple[int, int, str]:
+    def add(self, body: bytes | tuple[str, bytes], owner: FileReport) -> tuple[int, int, str]:
         """Decode and queue one request; returns (accepted, rejected, why the first was rejected)."""
         if isinstance(body, tuple):
             decoded = request_to_arrow(decode_json(body[1]))
@@ -181,16 +200,23 @@ class _Batcher:
                 if accepted:
                     self.tables.append(decoded.table)
         self.rows += accepted
+        if accepted:
+            self.owners.append((owner, accepted))
         if self.rows >= self.batch_rows:
             self.flush()
         return accepted, rejected, reason
 
     def flush(self) -> None:
+        # Until both inserts return, the batch's spans are neither committed nor safely absent.
+        self.report.in_flight = self.rows
         if self.tables:
             self.writer.write(pa.concat_tables(self.tables))
         if self.raw and self.native is not None:
             self.native.insert(self.raw)
-        self.tables, self.raw, self.rows = [], [], 0
+        for owner, spans in self.owners:
+            owner.committed += spans
+        self.report.in_flight = 0
+        self.tables, self.raw, self.rows, self.owners = [], [], 0, []
 
 
 def read_export_requests(path: Path | str, report: FileReport) -> Iterator[ExportTraceServiceRequest]:
@@ -228,16 +254,23 @@ def ingest_files(
     progress: bool = False,
     progress_file: IO[str] | None = None,
     native: bool = True,
+    stop: Callable[[], bool] | None = None,
+    report: IngestReport | None = None,
 ) -> IngestReport:
     """Insert the spans of every file into ``otel_traces``; invalid spans are counted, not fatal.
 
     An undecodable file (or line) is reported in ``errors`` and skipped; the others still import.
     Protobuf requests on an embedded store are mapped by ClickHouse itself (``native``, see
     :mod:`collectors.native_insert`); JSON and server stores use the Arrow path.
+
+    ``stop`` is asked after each request: once it answers True, reading stops, the spans read so
+    far are inserted and the report says ``interrupted`` (the files not ``finished`` are left).
+    ``report``, when given, is filled as the ingest goes, so a caller whose ingest an exception
+    ended (KeyboardInterrupt) still knows what each file committed and what was ``in_flight``.
     """
+    report = IngestReport() if report is None else report
     ensure_schema(store, TRACES_MIGRATIONS)
-    batcher = _Batcher(store, batch_rows, checked_inserter(store) if native else None)
-    report = IngestReport()
+    batcher = _Batcher(store, batch_rows, checked_inserter(store) if native else None, report)
     total_bytes = sum(size_of(Path(p)) for p in paths)
     bar = tqdm(
         total=total_bytes,
@@ -249,6 +282,9 @@ def ingest_files(
     )
     try:
         for raw_path in paths:
+            if stop is not None and stop():
+                report.interrupted = True
+                break
             path = Path(raw_path)
             file_report = FileReport(path)
             report.files.append(file_report)
@@ -258,7 +294,7 @@ def ingest_files(
                     for index, body in enumerate(_requests(handle, file_report)):
                         file_report.requests += 1
                         try:
-                            accepted, rejected, reason = batcher.add(body)
+                            accepted, rejected, reason = batcher.add(body, file_report)
                         except _DECODE_ERRORS as exc:
                             file_report.errors.append(f"request {index + 1}: {exc}")
                             continue
@@ -270,9 +306,16 @@ def ingest_files(
                         position = raw.tell()
                         bar.update(position - done)
                         done = position
+                        if stop is not None and stop():
+                            report.interrupted = True
+                            break
             except _READ_ERRORS as exc:
                 file_report.errors.append(_cannot_read(exc))
+                file_report.finished = True
             else:
+                if report.interrupted:
+                    break
+                file_report.finished = True
                 # A file that decodes to no span at all is not a trace export (an empty file, or
                 # JSON of another kind): say so rather than "0 accepted, 0 rejected".
                 if not file_report.errors and file_report.accepted + file_report.rejected == 0:
@@ -285,6 +328,6 @@ def ingest_files(
         batcher.flush()
     finally:
         bar.close()
-    if not report.files:
+    if not paths:
         raise TailwatchError("no files to ingest")
     return report

@@ -23,10 +23,13 @@ from tailwatch.commands import rules as rules_commands
 from tailwatch.commands import schema as schema_commands
 from tailwatch.commands import serve as serve_commands
 from tailwatch.commands import summaries as summaries_commands
+from tailwatch.commands._common import EXIT_INTERRUPTED, EXIT_USAGE
 
 
 class _Group(click.Group):
-    """Turns every :class:`TailwatchError` into one ``tailwatch: error: …`` line and exit code 2."""
+    """The exit statuses of every command (``tailwatch.commands._common``): a
+    :class:`TailwatchError` becomes one ``tailwatch: error: …`` line and exit status 2, Ctrl-C
+    ``tailwatch: interrupted`` and 130 (click's own "Aborted!" and 1 said nothing)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         # clickhouse-connect logs a driver failure ("Unexpected Http Driver Exception", a urllib3
@@ -36,7 +39,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TailwatchError as exc:
             click.echo(f"tailwatch: error: {exc}", err=True)
-            sys.exit(2)
+            sys.exit(EXIT_USAGE)
+        except KeyboardInterrupt:
+            click.echo("\ntailwatch: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -44,9 +50,14 @@ class _Group(click.Group):
 def main() -> None:
     """tailwatch: latency tails of AI features, from OpenTelemetry traces in ClickHouse.
 
-    Every command takes --store DSN (or TAILWATCH_STORE): chdb:///abs/path for the embedded
-    engine (default: .tailwatch/store under the working directory) or
-    http(s)://user:password@host:port/database for a ClickHouse server or cluster.
+    Every command that reads the store or a setting takes --store DSN (or TAILWATCH_STORE):
+    chdb:///abs/path for the embedded engine (default: .tailwatch/store under the working
+    directory) or http(s)://user:password@host:port/database for a ClickHouse server or cluster;
+    and --config FILE (or TAILWATCH_CONFIG, else ./tailwatch.toml when present): each setting is
+    the option, else its TAILWATCH_* variable, else the file, else the default.
+
+    Exit status: 0 ok; 1 the command ran and found a problem to act on; 2 a usage or
+    configuration error (one line); 130 interrupted.
     """
 
 

@@ -211,16 +211,20 @@ class RemoteService:
         assert isinstance(body, dict)
         return body
 
-    def send_spans(self, requests: Iterable[Any], batch_spans: int = 5_000) -> SpanSendResult:
+    def send_spans(
+        self, requests: Iterable[Any], batch_spans: int = 5_000, result: SpanSendResult | None = None
+    ) -> SpanSendResult:
         """Export decoded ``ExportTraceServiceRequest`` s to the service's ``POST /v1/traces``.
 
         Small requests (a JSON-lines file holds one per line) are merged up to ``batch_spans``
         spans per export. A 429/503 is retried after its ``Retry-After`` for up to a minute: the
         receiver says so when its queue is full, and the spans are not lost by waiting.
+        ``result``, when given, is filled as the exports are answered (what an interrupted caller
+        reads; ``in_flight`` is the export under way).
         """
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-        result = SpanSendResult()
+        result = SpanSendResult() if result is None else result
         pending = ExportTraceServiceRequest()
         count = 0
         for request in requests:
@@ -239,6 +243,7 @@ class RemoteService:
         body = gzip.compress(request.SerializeToString(), compresslevel=1)
         headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
         deadline = time.monotonic() + 60.0
+        result.in_flight = spans  # until the receiver answers, acknowledged or not is unknown
         while True:
             try:
                 response = self._client.post("/v1/traces", content=body, headers=headers)
@@ -252,6 +257,7 @@ class RemoteService:
                 time.sleep(wait)
                 continue
             break
+        result.in_flight = 0
         answer = ExportTraceServiceResponse()
         status_message = ""
         if response.status_code == 200:
@@ -284,6 +290,8 @@ class SpanSendResult:
 
     accepted: int = 0
     rejected: int = 0
+    # Spans of the export under way (0 once answered).
+    in_flight: int = 0
     # Exports refused whole (the file's spans did not get in), and why spans were rejected.
     errors: list[str] = field(default_factory=list)
     rejections: list[str] = field(default_factory=list)

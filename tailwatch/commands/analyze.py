@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
-from typing import Any, Literal, get_args
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import click
 
 from analytics import render_table
 from storage import TailwatchError
-from tailwatch.commands._common import ISO_TIME, require_traces, store_option
+from tailwatch.commands._common import (
+    ISO_TIME,
+    OutputFormat,
+    command_config,
+    format_option,
+    require_traces,
+    resolve_window,
+    store_config_options,
+    window_options,
+)
 from tailwatch.remote import RemoteService, store_or_service
-
-OutputFormat = Literal["json", "table"]
 
 
 def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
@@ -27,21 +35,17 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
 
 
 @click.command("analyze")
-@store_option
-@click.option("--start", type=ISO_TIME, required=True, help="Window start (ISO 8601; UTC if no offset).")
-@click.option("--end", type=ISO_TIME, required=True, help="Window end, exclusive.")
+@store_config_options
+@window_options("--last analysis.window of the config, else 1h")
 @click.option(
-    "--baseline-start", type=ISO_TIME, default=None, help="Baseline start [default: end − 2×length]."
+    "--baseline-start",
+    type=ISO_TIME,
+    default=None,
+    help="Baseline start [default: analysis.baseline of the config before --start, else as long as "
+    "the window].",
 )
 @click.option("--baseline-end", type=ISO_TIME, default=None, help="Baseline end [default: --start].")
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(list(get_args(OutputFormat))),
-    default="json",
-    show_default=True,
-    help="json: one object; table: readable text.",
-)
+@format_option(default="json", help="json: one object (the default); table: readable text.")
 @click.option(
     "--no-summaries",
     is_flag=True,
@@ -49,20 +53,37 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
 )
 def analyze(
     store_dsn: str | None,
-    start: datetime,
-    end: datetime,
+    config_path: Path | None,
+    start: datetime | None,
+    end: datetime | None,
+    last: timedelta | None,
     baseline_start: datetime | None,
     baseline_end: datetime | None,
     output_format: OutputFormat,
     no_summaries: bool,
 ) -> None:
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
-    LLM-vs-internal attribution over [--start, --end) against a baseline window."""
+    LLM-vs-internal attribution over [--start, --end) against a baseline window.
+
+    The store, the span conventions (analysis.conventions), the window's length (analysis.window)
+    and the baseline's (analysis.baseline) come from the configuration; options given here come
+    first. While `tailwatch serve` owns the store, the service analyses with its own conventions.
+    """
     from analytics import analyze as run_analysis
 
     if (baseline_start is None) != (baseline_end is None):
         raise TailwatchError("give both --baseline-start and --baseline-end, or neither")
-    target = store_or_service(store_dsn)
+    config = command_config(store_dsn, config_path)
+    window_start, window_end = resolve_window(start, end, last, timedelta(seconds=config.analysis.window))
+    assert window_start is not None and window_end is not None
+    start, end = window_start, window_end
+    if start >= end:
+        raise TailwatchError(
+            f"the window is empty: --start {start.isoformat()} is not before --end {end.isoformat()}"
+        )
+    if baseline_start is None and config.analysis.baseline:
+        baseline_start, baseline_end = start - timedelta(seconds=config.analysis.baseline), start
+    target = store_or_service(config.store)
     if isinstance(target, RemoteService):
         text = target.analyze_json(start, end, baseline_start, baseline_end)
         click.echo(text if output_format == "json" else render_table(json.loads(text)))
@@ -70,7 +91,13 @@ def analyze(
     with target as store:
         require_traces(store)
         analysis = run_analysis(
-            store, start, end, baseline_start, baseline_end, use_summaries=not no_summaries
+            store,
+            start,
+            end,
+            baseline_start,
+            baseline_end,
+            conventions=config.analysis.conventions_object(),
+            use_summaries=not no_summaries,
         )
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
@@ -85,9 +112,9 @@ def analyze(
         if held is None:
             click.echo(f"tailwatch: no spans in {window}; the store holds no spans at all", err=True)
         else:
-            count, first, last = held
+            count, first, final = held
             click.echo(
                 f"tailwatch: no requests, jobs or model calls in {window}; the store holds "
-                f"{count:,} spans from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC",
+                f"{count:,} spans from {first:%Y-%m-%d %H:%M} to {final:%Y-%m-%d %H:%M} UTC",
                 err=True,
             )

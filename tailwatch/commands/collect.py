@@ -11,53 +11,64 @@ import click
 
 from collectors import IngestRuntime, PipelineSettings
 from storage import Store, StoreInUseError, open_store, parse_dsn
-from tailwatch.commands._common import command_config, store_option
+from tailwatch.commands._common import command_config, store_config_options
 from tailwatch.config import SPOOL_DIR_ENV
 from tailwatch.remote import find_service
 
 
 @click.command()
-@store_option
+@store_config_options
 @click.option(
     "--otlp-http",
     default=None,
     metavar="HOST:PORT",
-    help="OTLP/HTTP listen address ('off' to disable; port 0 picks a free port) [127.0.0.1:4318].",
+    help="OTLP/HTTP listen address ('off' to disable; port 0 picks a free port) [env "
+    "TAILWATCH_OTLP_HTTP; default: receiver.otlp_http of the config, else 127.0.0.1:4318].",
 )
 @click.option(
     "--otlp-grpc",
     default=None,
     metavar="HOST:PORT",
-    help="OTLP/gRPC listen address ('off' to disable) [127.0.0.1:4317].",
+    help="OTLP/gRPC listen address ('off' to disable) [env TAILWATCH_OTLP_GRPC; default: "
+    "receiver.otlp_grpc of the config, else 127.0.0.1:4317].",
 )
 @click.option(
     "--spool-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    envvar=SPOOL_DIR_ENV,
     default=None,
-    help=f"fsync'd spool of acknowledged spans [env {SPOOL_DIR_ENV}; default: <store path>.spool].",
+    help=f"fsync'd spool of acknowledged spans [env {SPOOL_DIR_ENV}; default: ingest.spool_dir of "
+    "the config, else <store path>.spool].",
 )
-@click.option("--no-spool", is_flag=True, help="Acknowledge exports only after the insert (no spool).")
+@click.option(
+    "--no-spool",
+    is_flag=True,
+    help="Acknowledge exports only after the insert, no spool [default: ingest.spool of the config, else "
+    "a spool].",
+)
 @click.option(
     "--batch-rows",
     type=click.IntRange(min=1),
     default=None,
-    help=f"Insert every N spans [{PipelineSettings.batch_rows}].",
+    help="Insert every N spans [env TAILWATCH_BATCH_ROWS; default: ingest.batch_rows of the config, "
+    f"else {PipelineSettings.batch_rows}].",
 )
 @click.option(
     "--flush-interval",
     type=click.FloatRange(min=0.001),
     default=None,
-    help="Insert at least every S seconds [1].",
+    help="Insert at least every S seconds [env TAILWATCH_FLUSH_INTERVAL_S; default: "
+    "ingest.flush_interval of the config, else 1].",
 )
 @click.option(
     "--max-queue-spans",
     type=click.IntRange(min=1),
     default=None,
-    help="Spans held before answering 429/503 [200000].",
+    help="Spans held before answering 429/503 [env TAILWATCH_MAX_QUEUE_SPANS; default: "
+    "ingest.max_queue_spans of the config, else 200000].",
 )
 def collect(
     store_dsn: str | None,
+    config_path: Path | None,
     otlp_http: str | None,
     otlp_grpc: str | None,
     spool_dir: Path | None,
@@ -68,11 +79,14 @@ def collect(
 ) -> None:
     """Receive OTLP traces (HTTP and gRPC) and write them into otel_traces until SIGTERM/SIGINT.
 
-    Set TAILWATCH_INGEST_TOKEN to require `Authorization: Bearer <token>` on both protocols.
-    Binds loopback by default; give another HOST explicitly to accept remote exporters.
+    The store and the [receiver], [ingest] and [auth] settings come from the configuration;
+    options given here come first. Set TAILWATCH_INGEST_TOKEN (or the variable auth.token_env
+    names) to require `Authorization: Bearer <token>` on both protocols. Binds loopback by default;
+    give another HOST explicitly to accept remote exporters.
     """
     config = command_config(
         store_dsn,
+        config_path,
         **{
             "receiver.otlp_http": otlp_http,
             "receiver.otlp_grpc": otlp_grpc,

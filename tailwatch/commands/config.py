@@ -9,8 +9,8 @@ import click
 
 from slo_rules import DEFAULT_RULES_PATH, check_rule_files
 from storage import TailwatchError, parse_dsn
-from tailwatch.commands._common import config_option
-from tailwatch.config import DEFAULT_CONFIG_FILE, example_config, load_config, render_config
+from tailwatch.commands._common import EXIT_PROBLEM, command_config, store_config_options
+from tailwatch.config import DEFAULT_CONFIG_FILE, example_config, render_config
 
 
 @click.group("config")
@@ -19,18 +19,19 @@ def config() -> None:
 
 
 @config.command("show")
-@config_option
-def show(config_path: Path | None) -> None:
-    """Print the configuration `tailwatch serve` would run with (file + TAILWATCH_* env), secrets masked.
+@store_config_options
+def show(store_dsn: str | None, config_path: Path | None) -> None:
+    """Print the configuration every command runs with (options, TAILWATCH_* env, the file,
+    defaults), secrets masked.
 
     Exits 2 with one line naming the key when the configuration is invalid.
     """
-    click.echo(render_config(load_config(config_path)), nl=False)
+    click.echo(render_config(command_config(store_dsn, config_path)), nl=False)
 
 
 @config.command("check")
-@config_option
-def check(config_path: Path | None) -> None:
+@store_config_options
+def check(store_dsn: str | None, config_path: Path | None) -> None:
     """Pre-flight check: everything `tailwatch serve` validates before it starts, without starting.
 
     The configuration (file + TAILWATCH_* env), the rule files, every secret a notifier names, and
@@ -38,7 +39,7 @@ def check(config_path: Path | None) -> None:
     """
     problems: list[str] = []
     try:
-        loaded = load_config(config_path)
+        loaded = command_config(store_dsn, config_path)
     except TailwatchError as exc:
         raise SystemExit(_report([str(exc)])) from None
     try:
@@ -62,7 +63,7 @@ def check(config_path: Path | None) -> None:
 def _report(problems: list[str]) -> int:
     for problem in problems:
         click.echo(f"tailwatch: error: {problem}", err=True)
-    return 1
+    return EXIT_PROBLEM
 
 
 @config.command("init")

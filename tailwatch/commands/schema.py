@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import asdict
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import click
@@ -27,8 +28,14 @@ from storage import (
     registered_migrations,
     render_ddl,
 )
-from tailwatch.commands._common import DURATION, check_traces, store_option
-from tailwatch.config import resolve_dsn
+from tailwatch.commands._common import (
+    DURATION,
+    OutputFormat,
+    check_traces,
+    command_config,
+    format_option,
+    store_config_options,
+)
 from tailwatch.remote import RemoteService, store_or_service
 
 # The span tables with a TTL, the time each one's TTL counts from and the migration that creates it,
@@ -105,8 +112,10 @@ _layout_choice = click.Choice(["distributed", "collector"])
     default=None,
     help="Render for this ClickHouse version (text indexes from 26.2) [default: what every version accepts].",
 )
-@click.option("--database", default=None, help="Database name [default: the store DSN's, else 'default'].")
-@store_option
+@click.option(
+    "--database", default=None, help="Database name [default: the database of the store, else 'default']."
+)
+@store_config_options
 def print_ddl(
     cluster: str | None,
     cluster_layout: str,
@@ -116,10 +125,11 @@ def print_ddl(
     server_version: str | None,
     database: str | None,
     store_dsn: str | None,
+    config_path: Path | None,
 ) -> None:
     """Print the DDL without touching any store."""
     ttl, ttl_days = _ttl(ttl, ttl_days)
-    db = database or parse_dsn(resolve_dsn(store_dsn)).database
+    db = database or parse_dsn(command_config(store_dsn, config_path).store).database
     ctx = _context(
         database=db,
         cluster=cluster,
@@ -160,7 +170,7 @@ def cluster_layout_for(layout: TracesLayout) -> str:
     help="Also change tables tailwatch did not create: attach the trace-id lookup to an existing "
     "otel_traces, change its TTL.",
 )
-@store_option
+@store_config_options
 def apply(
     cluster: str | None,
     cluster_layout: str | None,
@@ -169,6 +179,7 @@ def apply(
     ttl_days: int | None,
     yes: bool,
     store_dsn: str | None,
+    config_path: Path | None,
 ) -> None:
     """Create the schema in the store (idempotent; records applied migrations).
 
@@ -177,7 +188,7 @@ def apply(
     span tables tailwatch created get that TTL whether they are created now or exist already.
     """
     ttl, ttl_days = _ttl(ttl, ttl_days)
-    target = store_or_service(store_dsn, create=True)
+    target = store_or_service(command_config(store_dsn, config_path).store, create=True)
     if isinstance(target, RemoteService):
         target.close()
         given = (("--cluster", cluster), ("--ttl", ttl), ("--ttl-days", ttl_days), ("--yes", yes))
@@ -274,19 +285,12 @@ def _tables_report(store: Store) -> list[dict[str, Any]]:
 
 
 @schema.command("inspect")
-@click.option(
-    "--format",
-    "output_format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="text: readable lines; json: one object.",
-)
-@store_option
-def inspect_command(output_format: str, store_dsn: str | None) -> None:
+@format_option()
+@store_config_options
+def inspect_command(output_format: OutputFormat, store_dsn: str | None, config_path: Path | None) -> None:
     """Say which otel_traces the store holds (variant, how tailwatch reads it, what it lacks) and
     which of tailwatch's own tables exist. Exit status 2 when tailwatch cannot read the spans."""
-    target = store_or_service(store_dsn)
+    target = store_or_service(command_config(store_dsn, config_path).store)
     if isinstance(target, RemoteService):
         target.close()
         raise TailwatchError(

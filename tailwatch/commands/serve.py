@@ -12,28 +12,39 @@ from types import FrameType
 
 import click
 
-from tailwatch.commands._common import config_option, store_option
-from tailwatch.config import STORE_ENV, load_config, resolve_overrides
+from tailwatch.commands._common import EXIT_PROBLEM, command_config, store_config_options
+from tailwatch.config import resolve_overrides
 from tailwatch.logs import setup_logging
 
 log = logging.getLogger("tailwatch.serve")
 
 
 @click.command()
-@store_option
-@config_option
+@store_config_options
 @click.option(
-    "--otlp-http", metavar="HOST:PORT", help="OTLP/HTTP + API listen address, or off [127.0.0.1:4318]."
+    "--otlp-http",
+    metavar="HOST:PORT",
+    help="OTLP/HTTP + API listen address, or off [env TAILWATCH_OTLP_HTTP; default: "
+    "receiver.otlp_http of the config, else 127.0.0.1:4318].",
 )
-@click.option("--otlp-grpc", metavar="HOST:PORT", help="OTLP/gRPC listen address, or off [127.0.0.1:4317].")
+@click.option(
+    "--otlp-grpc",
+    metavar="HOST:PORT",
+    help="OTLP/gRPC listen address, or off [env TAILWATCH_OTLP_GRPC; default: receiver.otlp_grpc of "
+    "the config, else 127.0.0.1:4317].",
+)
 @click.option(
     "--log-format",
     type=click.Choice(["plain", "json"]),
     default=None,
-    help="Log lines as plain text or JSON objects [plain].",
+    help="Log lines as plain text or JSON objects [env TAILWATCH_LOG_FORMAT; default: log.format of "
+    "the config, else plain].",
 )
 @click.option(
-    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default=None, help="[info]"
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default=None,
+    help="[env TAILWATCH_LOG_LEVEL; default: log.level of the config, else info]",
 )
 def serve(
     store_dsn: str | None,
@@ -52,17 +63,11 @@ def serve(
     """
     from tailwatch.service import Service
 
-    # store_option folds TAILWATCH_STORE into --store; only a real command-line value may
-    # override the file, so the environment layer is left to load_config.
-    store_arg = store_dsn if store_dsn and store_dsn != os.environ.get(STORE_ENV) else None
-    config = load_config(
+    config = command_config(
+        store_dsn,
         config_path,
-        overrides=resolve_overrides(
-            store=store_arg,
-            otlp_http=otlp_http,
-            otlp_grpc=otlp_grpc,
-            log_format=log_format,
-            log_level=log_level,
+        **resolve_overrides(
+            otlp_http=otlp_http, otlp_grpc=otlp_grpc, log_format=log_format, log_level=log_level
         ),
     )
     setup_logging(config.log.format, config.log.level)
@@ -94,7 +99,7 @@ def serve(
     logging.shutdown()
     if failed:
         sys.stderr.flush()
-        os._exit(1)
+        os._exit(EXIT_PROBLEM)
     if not clean:
         # A job overran shutdown_timeout: its worker thread would keep the interpreter alive.
         # The queue is already flushed, so leaving now loses nothing acknowledged.

@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 
 import click
 
 from storage import TailwatchError
-from tailwatch.commands._common import ISO_TIME, command_config, require_traces, store_option
+from tailwatch.commands._common import (
+    ISO_TIME,
+    OutputFormat,
+    command_config,
+    format_option,
+    require_traces,
+    store_config_options,
+)
 from tailwatch.remote import RemoteService, store_or_service
 
 
@@ -28,19 +36,21 @@ def _remote(target: object) -> None:
 
 
 @summaries.command("build")
-@store_option
+@store_config_options
 @click.option(
     "--until",
     type=ISO_TIME,
     default=None,
     help="Summarise up to this minute [default: now − the trace margin − 1 min].",
 )
-def build(store_dsn: str | None, until: datetime | None) -> None:
+def build(store_dsn: str | None, config_path: Path | None, until: datetime | None) -> None:
     """Summarise every minute since the last build (all of them the first time, with progress),
-    and again the recent minutes whose spans changed (late or repeated exports)."""
+    and again the recent minutes whose spans changed (late or repeated exports).
+
+    The store and the span conventions (analysis.conventions) come from the configuration."""
     from analytics import build_summaries
 
-    config = command_config(store_dsn)
+    config = command_config(store_dsn, config_path)
     target = store_or_service(config.store)
     _remote(target)
     assert not isinstance(target, RemoteService)
@@ -56,15 +66,13 @@ def build(store_dsn: str | None, until: datetime | None) -> None:
 
 
 @summaries.command("status")
-@store_option
-@click.option(
-    "--format", "output_format", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-def status(store_dsn: str | None, output_format: str) -> None:
+@store_config_options
+@format_option()
+def status(store_dsn: str | None, config_path: Path | None, output_format: OutputFormat) -> None:
     """The time the summaries cover, as ranges of whole minutes (UTC)."""
     from analytics import summary_coverage
 
-    target = store_or_service(store_dsn)
+    target = store_or_service(command_config(store_dsn, config_path).store)
     _remote(target)
     assert not isinstance(target, RemoteService)
     with target as store:

@@ -44,10 +44,17 @@ def test_schema_apply_then_print(tmp_path: Path) -> None:
     assert "ON CLUSTER `c1`" in printed.output and "Distributed(" in printed.output
 
 
-def test_bad_dsn_is_one_line() -> None:
+def test_bad_dsn_is_one_line_naming_where_it_came_from() -> None:
     result = CliRunner().invoke(main, ["schema", "apply", "--store", "mysql://x"])
     assert result.exit_code == 2
-    assert result.output.strip().startswith("tailwatch: error: store DSN 'mysql://x' is not supported")
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(
+        "tailwatch: error: invalid configuration: store: store DSN 'mysql://x' is not supported"
+    )
+    assert line.endswith("(--store)")
+    from_env = CliRunner().invoke(main, ["schema", "apply"], env={"TAILWATCH_STORE": "mysql://y"})
+    assert from_env.exit_code == 2
+    assert from_env.output.strip().endswith("(environment TAILWATCH_STORE)"), from_env.output
 
 
 def test_read_commands_do_not_create_a_store_where_none_is(tmp_path: Path) -> None:
