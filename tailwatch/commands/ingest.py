@@ -6,7 +6,6 @@ import signal
 import sys
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -69,16 +68,15 @@ def ingest(
     report = IngestReport()
     where = "the store"
     service_url: str | None = None
-    stop = threading.Event()
     hard_stop = False
-    with _first_interrupt_stops(stop):
+    with _CtrlC() as ctrl_c:
         try:
             target = store_or_service(config.store, create=True)
             if isinstance(target, RemoteService):
                 service_url = target.endpoint.api_url
                 where = f"the tailwatch service at {service_url} (acknowledged into its spool)"
                 try:
-                    _through_service(target, files, rows, stop, report)
+                    _through_service(target, files, rows, ctrl_c.stop, report)
                 finally:
                     target.close()
             else:
@@ -91,60 +89,72 @@ def ingest(
                         progress=show,
                         progress_file=sys.stderr,
                         native=native,
-                        stop=stop.is_set,
+                        stop=ctrl_c.stop.is_set,
                         report=report,
                     )
         except KeyboardInterrupt:
             hard_stop = True
-    for f in report.files:
-        click.echo(
-            f"{f.path}: {f.format or 'unknown'}, {f.accepted} accepted, {f.rejected} rejected", err=True
-        )
-        for why in f.rejections:  # the first reasons, so a bad exporter can be fixed
-            click.echo(f"  rejected: {why}", err=True)
-    for error in report.errors:
-        click.echo(f"tailwatch: warning: {error}", err=True)
-    if hard_stop or report.interrupted or stop.is_set():
-        for line in _interrupted(report, files, where, hard_stop):
-            click.echo(f"tailwatch: {line}", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    through = f" through the tailwatch service at {service_url}" if service_url else ""
-    counts = f"{report.accepted} spans ({report.rejected} rejected) from {len(report.files)} files"
-    click.echo(f"ingested {counts}{through}")
-    if report.errors:
-        sys.exit(EXIT_PROBLEM)
+        ctrl_c.reporting = True
+        for f in report.files:
+            click.echo(
+                f"{f.path}: {f.format or 'unknown'}, {f.accepted} accepted, {f.rejected} rejected", err=True
+            )
+            for why in f.rejections:  # the first reasons, so a bad exporter can be fixed
+                click.echo(f"  rejected: {why}", err=True)
+        for error in report.errors:
+            click.echo(f"tailwatch: warning: {error}", err=True)
+        if hard_stop or report.interrupted:
+            for line in _interrupted(report, files, where, hard_stop):
+                click.echo(f"tailwatch: {line}", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        through = f" through the tailwatch service at {service_url}" if service_url else ""
+        counts = f"{report.accepted} spans ({report.rejected} rejected) from {len(report.files)} files"
+        click.echo(f"ingested {counts}{through}")
+        if report.errors:
+            sys.exit(EXIT_PROBLEM)
 
 
-@contextmanager
-def _first_interrupt_stops(stop: threading.Event) -> Iterator[None]:
-    """The first Ctrl-C sets ``stop`` (the ingest inserts what it read, then ends); a second one
-    raises KeyboardInterrupt as usual. Only the main thread can take signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+class _CtrlC:
+    """Ctrl-C during an ingest: the first sets ``stop`` (the ingest inserts what it read, then
+    ends), a second raises KeyboardInterrupt (the ingest ends at once), and once the report is
+    being written (``reporting``) further ones are ignored so that it is written whole. Only the
+    main thread takes signals; elsewhere nothing is installed."""
 
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
-        if stop.is_set():
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.reporting = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> _CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if self.reporting:
+            return
+        if self.stop.is_set():
             raise KeyboardInterrupt
-        stop.set()
+        self.stop.set()
         click.echo(
             "\ntailwatch: interrupted: inserting the spans read so far, then stopping "
             "(Ctrl-C again to stop at once)",
             err=True,
         )
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
 
 def _interrupted(report: IngestReport, files: tuple[Path, ...], where: str, hard: bool) -> list[str]:
     """What an interrupted ingest says: what is in the store, what is left, and whether re-running
     is safe (it is: readers deduplicate spans, see collectors.pipeline)."""
-    done = [f for f in report.files if f.finished]
-    partly = [f for f in report.files if not f.finished]
+    # A file read to its end whose last batch was cut short is not done either.
+    done = [f for f in report.files if f.finished and f.committed == f.accepted]
+    partly = [f for f in report.files if not (f.finished and f.committed == f.accepted)]
     left = [str(f.path) for f in partly] + [str(p) for p in files[len(report.files) :]]
     parts = [f"{f.path} whole ({f.committed:,} spans)" for f in done]
     parts += [f"{f.path} in part (its first {f.committed:,} spans)" for f in partly if f.committed]
@@ -155,19 +165,18 @@ def _interrupted(report: IngestReport, files: tuple[Path, ...], where: str, hard
     ]
     if hard and report.in_flight:
         lines.append(
-            f"{report.in_flight:,} more spans were being inserted at the second Ctrl-C: they may or may "
-            "not be in the store"
+            f"{report.in_flight:,} more spans were being inserted when it stopped: they may or may not "
+            "be in the store"
         )
     if left:
-        lines.append(f"not ingested (or not to the end): {' '.join(left)}")
+        lines.append(f"not ingested whole: {' '.join(left)}")
     rerun = (
         "re-running the same command is safe: a span inserted again is a duplicate row of the same "
         "(TraceId, SpanId), which every analysis counts once"
     )
     if left and done:
-        rerun += (
-            f"; to insert fewer duplicate rows, run it with only the files not ingested: {' '.join(left)}"
-        )
+        rerun += "; to insert fewer duplicate rows, run it with only the files not ingested whole: "
+        rerun += " ".join(left)
     lines.append(rerun)
     return lines
 
