@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.ingest
 	$(BIN)/python -m bench.analytics
 	$(BIN)/python -m bench.summaries
+	$(BIN)/python -m bench.scale
 
 clean:
 	rm -rf $(VENV) .tailwatch demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -1,7 +1,9 @@
 """Benchmark data for the analytics: millions of realistic spans generated inside ClickHouse.
 
 Everything is ``INSERT … SELECT … FROM numbers(n)`` (about a second per 10M rows), deterministic
-from the row number (cityHash64), spread over two days: the baseline day and the current day.
+from the row number (cityHash64), spread over two days: the baseline day and the current day. Longer
+data (``days=8``, :mod:`bench.scale`) keeps the same shapes, with the slowdown from the start of its
+last day and, optionally, one insert per day.
 
 Span mix (by count): 80% hot-path requests of 5 spans (Server root → auth, db.query, chat LLM
 call, render) over three services; 10% cold-path jobs of 3 spans (Producer, linked Consumer, its
@@ -12,6 +14,7 @@ call for chat-api and in db.query for search-api; versions change every 12 hours
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from storage import Store
@@ -73,7 +76,7 @@ FROM (
                        'gen_ai.usage.output_tokens', '200'),
             k = 2, map('db.system.name', 'postgresql'),
             map()) AS attrs
-    FROM numbers({{rows:UInt64}})
+    FROM numbers({{first:UInt64}}, {{rows:UInt64}})
 )
 """
 
@@ -104,7 +107,7 @@ FROM (
                            'gen_ai.request.model', 'gpt-4o', 'gen_ai.usage.input_tokens', '800',
                            'gen_ai.usage.output_tokens', '300'),
                 map('messaging.destination.name', queue)) AS attrs
-    FROM numbers({{rows:UInt64}})
+    FROM numbers({{first:UInt64}}, {{rows:UInt64}})
 )
 """
 
@@ -142,26 +145,56 @@ FROM (
             map('gen_ai.operation.name', 'chat', 'gen_ai.provider.name', 'openai',
                 'gen_ai.request.model', 'gpt-4o-mini', 'gen_ai.usage.input_tokens', '600',
                 'gen_ai.usage.output_tokens', '400')) AS attrs
-    FROM numbers({{rows:UInt64}})
+    FROM numbers({{first:UInt64}}, {{rows:UInt64}})
 )
 """
 
 
-def generate(store: Store, spans: int) -> int:
-    """Insert about ``spans`` spans over [BASELINE_START, CURRENT_END); returns the rows inserted."""
+def generate(
+    store: Store,
+    spans: int,
+    *,
+    start: datetime = BASELINE_START,
+    days: int = 2,
+    slow_from: datetime | None = None,
+    chunks: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> int:
+    """Insert about ``spans`` spans over ``days`` days from ``start`` (by default the baseline and the
+    current day, [BASELINE_START, CURRENT_END)); returns the rows inserted.
+
+    ``slow_from``: where the slower tail starts (default: the last day). ``chunks``: that many inserts
+    per span shape, each of consecutive traces (one a day keeps an insert's memory and parts small at
+    tens of millions of spans), with a ``progress`` line before each."""
+    if days < 1 or chunks < 1:
+        raise ValueError(f"days and chunks must be at least 1 (got days={days}, chunks={chunks})")
     table = store.table("otel_traces")
-    base_ns = int(BASELINE_START.timestamp()) * 1_000_000_000
-    current_ns = int(CURRENT_START.timestamp()) * 1_000_000_000
+    base_ns = int(start.timestamp()) * 1_000_000_000
+    slow = slow_from if slow_from is not None else start + timedelta(days=days - 1)
+    current_ns = int(slow.timestamp()) * 1_000_000_000
     total = 0
-    for sql, share, per in ((_HOT, 0.8, 5), (_COLD, 0.1, 3), (_WORKFLOW, 0.1, 5)):
-        traces = max(1, int(spans * share) // per)
-        rows = traces * per
-        # Spread the traces evenly over the two days (the last one starts a little before the end).
-        spacing = (2 * _DAY_NS - 10 * 60 * 1_000_000_000) / traces
-        store.command(
-            sql.replace("{table}", table),
-            {"rows": rows, "t0": base_ns, "base": base_ns, "current_ns": current_ns, "spacing": spacing},
-            settings={"max_insert_threads": 2, "max_threads": 2},
-        )
-        total += rows
+    shapes = ((_HOT, 0.8, 5), (_COLD, 0.1, 3), (_WORKFLOW, 0.1, 5))
+    for chunk in range(chunks):
+        if progress is not None:
+            progress(f"inserting chunk {chunk + 1}/{chunks}")
+        for sql, share, per in shapes:
+            traces = max(1, int(spans * share) // per)
+            # Spread the traces evenly over the days (the last one starts a little before the end).
+            spacing = (days * _DAY_NS - 10 * 60 * 1_000_000_000) / traces
+            first, last = traces * chunk // chunks, traces * (chunk + 1) // chunks
+            if last == first:
+                continue
+            store.command(
+                sql.replace("{table}", table),
+                {
+                    "first": first * per,
+                    "rows": (last - first) * per,
+                    "t0": base_ns,
+                    "base": base_ns,
+                    "current_ns": current_ns,
+                    "spacing": spacing,
+                },
+                settings={"max_insert_threads": 2, "max_threads": 2},
+            )
+            total += (last - first) * per
     return total
