@@ -130,8 +130,9 @@ DASHBOARDS_URL_ENV = "TAILWATCH_DASHBOARDS_URL"
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
-    """Argument, then ``TAILWATCH_STORE``, then the config file's ``store`` (``--config`` is
-    ``serve``'s; here ``TAILWATCH_CONFIG`` or ``./tailwatch.toml``), then the embedded default."""
+    """Argument, then ``TAILWATCH_STORE``, then the config file's ``store`` (``TAILWATCH_CONFIG`` or
+    ``./tailwatch.toml``; a command with ``--config`` resolves its store with
+    ``tailwatch.commands._common.command_config`` and passes it here), then the embedded default."""
     if dsn:
         return dsn
     return os.environ.get(STORE_ENV, "").strip() or load_config().store
@@ -1017,7 +1018,8 @@ def _inline_table(values: Mapping[str, Any]) -> str:
 def example_config() -> str:
     """The commented example ``tailwatch config init`` writes; it loads as is."""
     env_lines = "\n".join(f"#   {v.name:<30} {v.key:<24} {v.help}" for v in ENV_VARS)
-    return f"""# tailwatch service configuration (`tailwatch serve --config tailwatch.toml`).
+    return f"""# tailwatch configuration: `tailwatch serve` and every other command read it (--config FILE,
+# else $TAILWATCH_CONFIG, else ./tailwatch.toml); `tailwatch config show` prints what they resolve.
 #
 # Every value resolves: command-line option -> TAILWATCH_* environment variable -> this file ->
 # default. Durations: "500ms", "2s", "5m", "1h", "1d". Relative paths are relative to this file.
