@@ -41,9 +41,6 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 """Interrupted (Ctrl-C), as a shell reports a process ended by SIGINT."""
 
-# Where a command's settings come from, said once in every option's help.
-CONFIG_SOURCE = f"--config, ${CONFIG_ENV}, else ./{DEFAULT_CONFIG_FILE} when present"
-
 
 def store_option(func: F) -> F:
     """``--store DSN``: the option, else ``TAILWATCH_STORE``, else ``store`` of the config, else the
@@ -168,7 +165,7 @@ DURATION = _Duration()
 
 def window_options(default: str) -> Callable[[F], F]:
     """``--start``, ``--end`` and ``--last DURATION`` of a windowed command; ``default`` says which
-    window it takes when none of them is given (it is part of each option's help)."""
+    window it takes when none of them is given (part of ``--last``'s help)."""
 
     def decorate(func: F) -> F:
         func = click.option(
@@ -185,7 +182,7 @@ def window_options(default: str) -> Callable[[F], F]:
             "--start",
             type=ISO_TIME,
             default=None,
-            help=f"Window start (ISO 8601; UTC if no offset) [default: {default}].",
+            help="Window start (ISO 8601; UTC if no offset) [default: the --last window before --end].",
         )(func)
 
     return decorate

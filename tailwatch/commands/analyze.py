@@ -36,7 +36,7 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
 
 @click.command("analyze")
 @store_config_options
-@window_options("--last analysis.window of the config, else 1h")
+@window_options("analysis.window of the config, else 1h")
 @click.option(
     "--baseline-start",
     type=ISO_TIME,
@@ -45,7 +45,7 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
     "the window].",
 )
 @click.option("--baseline-end", type=ISO_TIME, default=None, help="Baseline end [default: --start].")
-@format_option(default="json", help="json: one object (the default); table: readable text.")
+@format_option(default="json", help="json: one object; table: readable text.")
 @click.option(
     "--no-summaries",
     is_flag=True,

@@ -33,7 +33,7 @@ def dashboard() -> None:
     "[default: dashboards.out_dir of the config, else .tailwatch/dashboards].",
 )
 @window_options(
-    "--last dashboards.window of the config; else the latest persisted analysis, else the last 24 hours"
+    "dashboards.window of the config; without it, the latest persisted analysis, else the last 24 hours"
 )
 @click.option(
     "--format",
