@@ -130,7 +130,7 @@ def test_an_insert_cut_short_is_said_to_be_uncertain(tmp_path: Path, monkeypatch
         calls.append(1)
         if len(calls) == 2:
             raise KeyboardInterrupt
-        return write(self, table)  # type: ignore[arg-type]
+        return write(self, table)
 
     monkeypatch.setattr(StoreSpanWriter, "write", interrupted_second)
     dsn = f"chdb://{tmp_path / 'store'}"
@@ -145,3 +145,48 @@ def test_an_insert_cut_short_is_said_to_be_uncertain(tmp_path: Path, monkeypatch
     )
     assert f"not ingested whole: {path}" in result.output
     assert _counts(dsn) == (1_000, 1_000) and total == 5_000
+
+
+def test_ctrl_c_through_the_running_service_counts_what_it_acknowledged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While `serve` owns the store, what is committed is what its receiver acknowledged (spooled)."""
+    from tailwatch.config import load_config
+    from tailwatch.remote import RemoteService
+    from tailwatch.service import Service
+
+    store_path = tmp_path / "store"
+    config = tmp_path / "tw.toml"
+    config.write_text(
+        f'store = "chdb://{store_path}"\n[receiver]\notlp_http = "127.0.0.1:0"\notlp_grpc = "off"\n'
+        '[ingest]\nflush_interval = "100ms"\n'
+        '[schedule]\nrollup = "off"\nanalyze = "off"\nevaluate = "off"\ndashboards = "off"\n'
+    )
+    path = tmp_path / "spans.jsonl"
+    _write_jsonl(path, 10, 1)
+    export = RemoteService._export
+    exports: list[int] = []
+
+    def ctrl_c_after_the_third(self: RemoteService, request: object, spans: int, result: object) -> None:
+        export(self, request, spans, result)  # type: ignore[arg-type]
+        exports.append(spans)
+        if len(exports) == 3:
+            os.kill(os.getpid(), signal.SIGINT)  # a real Ctrl-C, taken by the command's handler
+
+    monkeypatch.setattr(RemoteService, "_export", ctrl_c_after_the_third)
+    service = Service(load_config(config, env={}))
+    service.start()
+    try:
+        args = ["ingest", "--store", f"chdb://{store_path}", "--batch-rows", "100", str(path)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 130, result.output
+        assert (
+            f"interrupted: 300 spans committed to the tailwatch service at {service.api_url} (acknowledged "
+            f"into its spool): {path} in part (its first 300 spans)"
+        ) in result.output
+        assert f"not ingested whole: {path}" in result.output and exports == [100, 100, 100]
+        assert service.pipeline is not None and service.pipeline.flush(30)
+        assert service.store is not None
+        assert service.store.query_value("SELECT count() FROM otel_traces") == 300
+    finally:
+        service.stop()
