@@ -57,7 +57,7 @@ def _counts(dsn: str) -> tuple[int, int]:
 def test_ctrl_c_reports_what_is_committed_and_a_rerun_counts_each_span_once(tmp_path: Path) -> None:
     first, big, last = tmp_path / "first.jsonl", tmp_path / "big.jsonl", tmp_path / "last.jsonl"
     total = _write_jsonl(first, 10, 1)
-    total += _write_jsonl(big, 500, 10_000)
+    total += _write_jsonl(big, 300, 10_000)
     total += _write_jsonl(last, 10, 100_000)
     dsn = f"chdb://{tmp_path / 'store'}"
     args = ["ingest", "--store", dsn, "--batch-rows", "2000", str(first), str(big), str(last)]
@@ -96,7 +96,7 @@ def test_ctrl_c_reports_what_is_committed_and_a_rerun_counts_each_span_once(tmp_
     )
     assert said is not None, stderr
     committed, of_big = (int(g.replace(",", "")) for g in said.groups())
-    assert committed == 1_000 + of_big and 0 < of_big < 50_000
+    assert committed == 1_000 + of_big and 0 < of_big < 30_000
     assert lines[-2] == f"not ingested whole: {big} {last}"
     assert lines[-1] == (
         "re-running the same command is safe: a span inserted again is a duplicate row of the same "
