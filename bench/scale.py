@@ -357,8 +357,8 @@ def _tailwatch() -> str:
 def _evaluate(tailwatch: str, dsn: str, at: datetime, workdir: Path, limit_mib: float) -> dict[str, Any]:
     from storage import iso_z
 
-    # No configuration, no TAILWATCH_* variable: the shipped rules, no notifiers.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TAILWATCH_")}
+    # No configuration and none of tailwatch's variables: the shipped rules, no notifiers.
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV") if k in os.environ}
     cmd = [tailwatch, "alerts", "evaluate", "--store", dsn, "--at", iso_z(at), "--format", "json"]
     child = _run_child(cmd, limit_mib, cwd=workdir, env=env)
     if child.code not in (0, 1):
