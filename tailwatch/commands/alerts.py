@@ -31,7 +31,14 @@ from slo_rules import (
     load_rules,
 )
 from storage import TailwatchError, format_duration, iso_z, utc_now
-from tailwatch.commands._common import DURATION, ISO_TIME, config_option, require_traces, store_option
+from tailwatch.commands._common import (
+    DURATION,
+    ISO_TIME,
+    command_config,
+    format_option,
+    require_traces,
+    store_config_options,
+)
 from tailwatch.config import (
     ALERTMANAGER_URL_ENV,
     CONFIG_ENV,
@@ -40,13 +47,8 @@ from tailwatch.config import (
     WEBHOOK_SECRET_ENV,
     WEBHOOK_URL_ENV,
     TailwatchConfig,
-    load_config,
 )
 from tailwatch.remote import RemoteService, store_or_service
-
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
 
 
 def _notifiers(webhook: str | None, alertmanagers: tuple[str, ...] = ()) -> list[NotifierConfig]:
@@ -182,8 +184,7 @@ def alerts() -> None:
 
 
 @alerts.command("evaluate")
-@store_option
-@config_option
+@store_config_options
 @click.option("--at", "at", type=ISO_TIME, default=None, help="Evaluation time [default: now].")
 @click.option(
     "--rules",
@@ -220,7 +221,7 @@ def alerts() -> None:
     is_flag=True,
     help="Per rule and alert: fired, firing, pending, quiet, skipped or error, with the reason in numbers.",
 )
-@format_option
+@format_option()
 @click.option(
     "--interval",
     type=DURATION,
@@ -249,7 +250,7 @@ def evaluate_command(
     trace_url: str | None,
     dry_run: bool,
     explain: bool,
-    fmt: str,
+    output_format: str,
     interval: timedelta,
     force: bool,
 ) -> None:
@@ -272,7 +273,7 @@ def evaluate_command(
             "resolve every alert whose condition is not met at that time and notify the "
             "resolutions; pass --dry-run to see what it would do, or --force to do it anyway"
         )
-    config = load_config(config_path, overrides={"store": store_dsn})
+    config = command_config(store_dsn, config_path)
     target = store_or_service(config.store, create=True)
     if isinstance(target, RemoteService):
         _refuse_options(
@@ -330,7 +331,7 @@ def evaluate_command(
             dry_run=dry_run,
         )
         report = deliver(store, notifiers) if notifiers and not dry_run else None
-    if fmt == "json":
+    if output_format == "json":
         click.echo(json.dumps(_evaluation_json(result, len(rules), report), indent=2, ensure_ascii=False))
     else:
         _print_evaluation(result, len(rules), explain, report)
@@ -408,8 +409,7 @@ def _evaluation_json(result: EvaluationResult, rules: int, report: DeliveryRepor
 
 
 @alerts.command("list")
-@store_option
-@config_option
+@store_config_options
 @click.option(
     "--since",
     default="24h",
@@ -417,13 +417,15 @@ def _evaluation_json(result: EvaluationResult, rules: int, report: DeliveryRepor
     type=DURATION,
     help="Also show alerts resolved within this long (e.g. 1h, 7d).",
 )
-@format_option
-def list_command(store_dsn: str | None, config_path: Path | None, since: timedelta, fmt: str) -> None:
+@format_option()
+def list_command(
+    store_dsn: str | None, config_path: Path | None, since: timedelta, output_format: str
+) -> None:
     """Firing, pending and recently resolved alerts with their cause, then one line per notifier
     on the delivery of what the alerts notified within ``--since`` (failures and their last error)."""
     cutoff = utc_now() - since
-    frame, delivery = _list(load_config(config_path, overrides={"store": store_dsn}).store, cutoff)
-    if fmt == "json":
+    frame, delivery = _list(command_config(store_dsn, config_path).store, cutoff)
+    if output_format == "json":
         rows = [
             {k: (v.isoformat() if isinstance(v, datetime) else v) for k, v in row.items()}
             for row in frame.iter_rows(named=True)
@@ -464,8 +466,7 @@ def _list(store_dsn: str | None, cutoff: datetime) -> tuple[pl.DataFrame, list[N
 
 
 @alerts.command("deliver")
-@store_option
-@config_option
+@store_config_options
 @_webhook_option
 @_alertmanager_option
 @click.pass_context
@@ -483,7 +484,7 @@ def deliver_command(
 
     Exits 1 when notifications remain undelivered (listed one per line).
     """
-    config = load_config(config_path, overrides={"store": store_dsn})
+    config = command_config(store_dsn, config_path)
     target = store_or_service(config.store, create=True)
     if isinstance(target, RemoteService):
         _refuse_options(
