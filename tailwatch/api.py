@@ -137,6 +137,8 @@ class ServiceApi:
     scheduled_run: Callable[[], str | None] | None = None
     # When a scheduled job runs next (None: not scheduled): what the landing page waits for.
     next_run: Callable[[str], datetime | None] | None = None
+    # The service's rule evaluation as a dry run at an instant (None: now): why each rule is silent.
+    explain: Callable[[datetime | None], Any] | None = None
     slots: threading.BoundedSemaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(API_CONCURRENCY)
     )
@@ -307,6 +309,24 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
             return Response(sink.getvalue(), media_type=ARROW_STREAM)
         return _json({"alerts": frame.to_dicts()})
 
+    def explain_route(request: Request, body: bytes) -> Response:
+        if api.explain is None:
+            return _json({"error": "this service evaluates no rules"}, 404)
+        q = request.query_params
+        at = _time_param(q["at"], "at") if q.get("at") else None
+        result = api.explain(at)
+        return _json(
+            {
+                "at": result.at,
+                "dry_run": True,
+                "would_fire": [s.alertname for s in result.fired],
+                "would_resolve": [s.alertname for s in result.resolved],
+                "firing": [s.alertname for s in result.firing],
+                "explanations": [e.to_dict() for e in result.explanations],
+                "errors": result.errors,
+            }
+        )
+
     def export_route(request: Request, raw: bytes) -> Response:
         from dashboards import export_dashboards
 
@@ -433,6 +453,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
         Route("/dashboards/runs/{run_id}/{page}", _guard(api, run_page_route, browser=True), methods=["GET"]),
         Route("/api/v1/analyze", _guard(api, analyze_route), methods=["GET"]),
         Route("/api/v1/alerts", _guard(api, alerts_route), methods=["GET"]),
+        Route("/api/v1/alerts/explain", _guard(api, explain_route), methods=["GET"]),
         Route("/api/v1/dashboards/export", _guard(api, export_route), methods=["POST"]),
         Route("/api/v1/jobs", _guard(api, jobs_route), methods=["GET"]),
         Route("/api/v1/jobs/{name}/run", _guard(api, run_job_route), methods=["POST"]),

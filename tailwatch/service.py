@@ -45,7 +45,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from analytics import Conventions
 from collectors import IngestPipeline, IngestRuntime, inspect_traces
-from slo_rules import NotifierConfig, RuleSet
+from slo_rules import EvaluationResult, NotifierConfig, RuleSet
 from storage import Lease, Store, TailwatchError, open_store, parse_dsn
 from tailwatch.commands._common import check_traces
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
@@ -688,6 +688,25 @@ class Service:
     def pipeline(self) -> IngestPipeline | None:
         return self.ingest.pipeline if self.ingest is not None else None
 
+    def explain(self, at: datetime | None = None) -> EvaluationResult:
+        """The service's evaluation as a dry run at ``at`` (default now): its rules, notifiers and
+        links, nothing written or sent — what ``GET /api/v1/alerts/explain`` answers."""
+        from slo_rules import evaluate
+
+        assert self.store is not None
+        url = self.dashboard_url()
+        return evaluate(
+            self.store,
+            self.rules.load(),
+            at,
+            notifiers=self.config.notifiers(),
+            dashboard_url=url,
+            dashboard_links=url is not None,
+            conventions=_conventions(self.config),
+            trace_url=self.config.links.trace_url,
+            dry_run=True,
+        )
+
     def dashboard_url(self) -> str | None:
         """The URL alerts link to: configured, else this service's own ``/dashboards`` once
         listening; ``None`` (no links) where no dashboard can be opened (:func:`dashboards_base_url`)."""
@@ -723,6 +742,7 @@ class Service:
                 run_job=run_job,
                 scheduled_run=self.scheduled.run,
                 next_run=self._next_run,
+                explain=self.explain,
             )
             self.api = api
             # Run pages rendered by an earlier process age from when they were rendered.

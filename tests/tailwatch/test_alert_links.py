@@ -218,3 +218,22 @@ def test_the_root_leads_to_the_dashboards(tmp_path: Path) -> None:
         assert root.status_code == 307 and root.headers["location"] == "/dashboards/"
     finally:
         assert service.stop(timeout_s=10)
+
+
+def test_the_api_explains_each_rule_without_changing_anything(tmp_path: Path) -> None:
+    """`GET /api/v1/alerts/explain`: the service's rules evaluated as a dry run — the alert that
+    would fire with its numbers, nothing written or sent; then the real evaluation fires it."""
+    config = _config(tmp_path)
+    with _service_with_regression(config) as (_, api):
+        explained = httpx.get(f"{api}/api/v1/alerts/explain", timeout=120).json()
+        assert explained["dry_run"] is True and explained["would_fire"] == ["chat-p99-regression"]
+        (rule,) = [e for e in explained["explanations"] if e["rule"] == "chat-p99-regression"]
+        assert rule["verdict"] == "fired" and rule["target"] == "chat-api POST /chat"
+        assert rule["reason"].startswith("p99 ") and "vs the previous 1h" in rule["reason"]
+        assert httpx.get(f"{api}/api/v1/alerts", timeout=60).json()["alerts"] == []
+        _run(api, "evaluate")
+        assert _firing(api)["annotations"]["cause"] == "llm"
+        again = httpx.get(f"{api}/api/v1/alerts/explain", timeout=120).json()
+        assert again["would_fire"] == [] and again["firing"] == ["chat-p99-regression"]
+        bad = httpx.get(f"{api}/api/v1/alerts/explain", params={"at": "yesterday"}, timeout=60)
+        assert bad.status_code == 400
