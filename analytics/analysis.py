@@ -529,7 +529,7 @@ def analyze(
         # Each version's first request bounds the search for its first span.
         first_requests = rows.group_by("service", "version").agg(pl.col("start").min())
         release_times_f = sql.submit(
-            lambda: fetch_release_times(store, first_requests, windows, conv, summary_extent(store))
+            lambda: fetch_release_times(store, first_requests, windows, conv, summary_extent(store, conv))
         )
         flags_f = sql.submit(fetch_flag_evaluations, store, windows, conv)
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)

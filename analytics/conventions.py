@@ -8,6 +8,8 @@ parameters (see :meth:`Conventions.sql_parameters`), never as SQL text.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -26,6 +28,20 @@ SpanClass = Literal["llm", "internal"]
 class ConventionsError(TailwatchError, ValueError):
     """A convention value is out of range."""
 
+
+# Conventions the summaries are reduced with (see Conventions.summary_key): every span convention
+# (the fields before ``trace_margin``, _ATTRIBUTE_FIELDS, set below the class) and these.
+_REDUCED_WITH = frozenset(
+    {
+        "trace_margin",
+        "bucket_ms",
+        "flag_key_attributes",
+        "flag_variant_attributes",
+        "flag_events",
+        "slice_attributes",
+        "summary_walk_share",
+    }
+)
 
 # Settings of the HdrHistogram rollups the per-minute aggregates replaced: still accepted (a config
 # file or a persisted run may name them), without effect.
@@ -276,6 +292,16 @@ class Conventions:
                 raise ConventionsError(f"conventions: {name} must not be negative")
 
     # ------------------------------------------------------------------------------------
+    def summary_key(self) -> str:
+        """A digest of the conventions the summaries are reduced with (which spans are requests,
+        calls, jobs; their attributes; the trace margin; the abandonment buckets; the flags; the
+        share of each minute walked): summaries built with other values answer other questions,
+        so an analysis reads only those built with its own key (:mod:`analytics.summaries`).
+        Thresholds and windows applied when reading are not part of it."""
+        values = self.to_dict()
+        chosen = {k: values[k] for k in sorted(values) if k in _REDUCED_WITH or k in _ATTRIBUTE_FIELDS}
+        return hashlib.sha256(json.dumps(chosen, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in fields(self):
@@ -538,4 +564,10 @@ MAYBE_COUNTED = f"({_has_any('cv_resend_attrs')} OR {_has_any('cv_in_toks')} OR 
 MAYBE_WORKFLOW = (
     f"({_has_any('cv_op_attrs')} OR {_has_any('cv_kind_attrs')} "
     "OR has({cv_workflow_ops:Array(String)}, '') OR has({cv_workflow_kinds:Array(String)}, ''))"
+)
+
+
+# The span conventions: every field declared before ``trace_margin``.
+_ATTRIBUTE_FIELDS = frozenset(
+    f.name for f in fields(Conventions)[: [f.name for f in fields(Conventions)].index("trace_margin")]
 )

@@ -112,6 +112,8 @@ LAYER = 1
 # a build killed in between leaves them so, and the next build summarises them again (after
 # deleting whatever part of their rows was written).
 IN_PROGRESS = 255
+# A chunk of a sparse store can span many days (one partition each): its rows go in one insert.
+_ACROSS_DAYS = {"max_partitions_per_insert_block": 0}
 # How long a summary build's lease lasts without renewal (it renews after every chunk): a build
 # killed mid-way holds off the others no longer than this.
 _LEASE_TTL_S = 300.0
@@ -472,7 +474,9 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
     for name, frame in tables.items():
         if not frame.is_empty():
             store.insert_arrow(
-                store.table(name), frame.with_columns(pl.col("start").dt.cast_time_unit("ns")).to_arrow()
+                store.table(name),
+                frame.with_columns(pl.col("start").dt.cast_time_unit("ns")).to_arrow(),
+                settings=_ACROSS_DAYS,
             )
         written[name] = frame.height
     return written
@@ -531,6 +535,7 @@ def _record_minutes(
     hi: datetime,
     built_at: datetime,
     counts: dict[datetime, int],
+    key: str,
     layer: int = LAYER,
 ) -> int:
     """Record [lo, hi) as summarised, each minute with the span rows it held (``counts``) — or, with
@@ -548,24 +553,34 @@ def _record_minutes(
                 "spans": [counts.get(m, 0) for m in minutes],
                 "built_at": [built_at] * len(minutes),
                 "layer": [layer] * len(minutes),
+                "conventions": [key] * len(minutes),
             },
             schema={
                 "minute": pl.Datetime("us", "UTC"),
                 "spans": pl.UInt64,
                 "built_at": pl.Datetime("ms", "UTC"),
                 "layer": pl.UInt8,
+                "conventions": pl.String,
             },
         ).to_arrow(),
+        settings=_ACROSS_DAYS,
     )
     return len(minutes)
 
 
 def summary_coverage(
-    store: Store, lo: datetime | None = None, hi: datetime | None = None, *, layer: int = 0
+    store: Store,
+    lo: datetime | None = None,
+    hi: datetime | None = None,
+    *,
+    layer: int = 0,
+    conventions: Conventions | None = None,
 ) -> list[tuple[datetime, datetime]]:
     """The summarised time, as sorted disjoint [from, until) ranges of whole minutes (within
     [lo, hi) when given); with ``layer``, only the minutes last summarised with that layout or a
-    later one (``layer=LAYER``: those holding the per-minute aggregates)."""
+    later one (``layer=LAYER``: those holding the per-minute aggregates); with ``conventions``, only
+    the minutes summarised with the same span conventions (:meth:`Conventions.summary_key`): what
+    an analysis with them may read."""
     if not store.table_exists(MINUTES_TABLE):
         return []
     where, params = "", dict[str, Any]()
@@ -582,18 +597,25 @@ FROM (
     FROM (
         SELECT minute FROM {store.table(MINUTES_TABLE)} {where} GROUP BY minute
         HAVING argMax(layer, built_at) != {{busy:UInt8}} AND argMax(layer, built_at) >= {{layer:UInt8}}
+            AND (empty({{key:String}}) OR argMax(conventions, built_at) = {{key:String}})
     )
 )
 GROUP BY run ORDER BY 1""",
-        {**params, "busy": IN_PROGRESS, "layer": layer},
+        {
+            **params,
+            "busy": IN_PROGRESS,
+            "layer": layer,
+            "key": conventions.summary_key() if conventions else "",
+        },
     )
     return [(as_utc(a), as_utc(b)) for a, b in rows]
 
 
-def summary_extent(store: Store) -> tuple[datetime, datetime] | None:
-    """From the first summarised minute to the end of the last: where the release times the builds
-    recorded hold (:func:`analytics.releases.fetch_release_times`), or ``None``."""
-    covered = summary_coverage(store)
+def summary_extent(store: Store, conventions: Conventions) -> tuple[datetime, datetime] | None:
+    """From the first minute summarised with ``conventions`` to the end of the last: where the
+    release times the builds recorded hold (:func:`analytics.releases.fetch_release_times`), or
+    ``None``."""
+    covered = summary_coverage(store, conventions=conventions)
     return (covered[0][0], covered[-1][1]) if covered else None
 
 
@@ -608,10 +630,13 @@ class SummaryBuild:
     rows: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     busy: str | None = None  # another instance held the build lease: nothing was done
+    others: bool = False  # the summaries were built with other span conventions: left as they are
 
     def describe(self) -> str:
         if self.busy is not None:
             return f"another build is running ({self.busy}): left to it"
+        if self.others:
+            return "the summaries were built with other span conventions: left as they are"
         if self.built_from is None and not self.resummarised:
             return "summaries up to date"
         total = sum(self.rows.values())
@@ -656,13 +681,20 @@ def build_summaries(
     conventions: Conventions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
+    keep_others: bool = False,
 ) -> SummaryBuild:
     """Summarise every whole minute from the last watermark (or the first span) to ``until``
     (default: now − :func:`summary_settle`), and again every minute within ``summary_late_horizon``
-    whose span rows changed; drop summaries older than ``summary_retention``."""
+    whose span rows changed; drop summaries older than ``summary_retention``.
+
+    Minutes summarised with other span conventions (:meth:`Conventions.summary_key`) are summarised
+    again with these — unless ``keep_others``: then a store whose summaries were built with other
+    conventions (by the service, say) is left as it is, and the build does nothing."""
     conv = conventions or Conventions()
     started = time.perf_counter()
     ensure_schema(store, MIGRATIONS)
+    if keep_others and _built_with_others(store, conv.summary_key()):
+        return SummaryBuild(None, None, 0, 0, {}, time.perf_counter() - started, others=True)
     lease = Lease(store, "summaries", _LEASE_TTL_S)
     with lease.held() as mine:
         if not mine:
@@ -682,6 +714,7 @@ def _build(
     limit = floor_minute(as_utc(until) if until is not None else datetime.now(UTC) - summary_settle(conv))
     covered = summary_coverage(store)
     tables = data_tables(store)
+    key = conv.summary_key()
     writer = f"{socket.gethostname()}:{os.getpid()}"
     rows: dict[str, int] = {}
 
@@ -698,17 +731,17 @@ def _build(
                 )
             built_at = datetime.now(UTC)
             # Marked as being summarised first: a build killed before the end leaves them so.
-            _record_minutes(store, a, b, built_at, counts, IN_PROGRESS)
+            _record_minutes(store, a, b, built_at, counts, key, IN_PROGRESS)
             if again:
                 _delete(store, a, b, tables)
             for name, n in _write(store, extract_range(store, a, b, conv)).items():
                 rows[name] = rows.get(name, 0) + n
             record_release_times(store, a, b, writer, built_at, conv)
-            _record_minutes(store, a, b, built_at + timedelta(milliseconds=1), counts)
+            _record_minutes(store, a, b, built_at + timedelta(milliseconds=1), counts, key)
 
     # Minutes summarised before whose span rows changed since (late or repeated spans), minutes of
     # an older layout, and minutes a killed build left half written.
-    again = _outdated(store)
+    again = _outdated(store, key)
     if covered:
         watermark = covered[-1][1]
         horizon = max(covered[0][0], watermark - conv.summary_late_horizon)
@@ -751,10 +784,22 @@ def _build(
     )
 
 
-def _outdated(store: Store) -> list[tuple[datetime, datetime]]:
+def _built_with_others(store: Store, key: str) -> bool:
+    """Whether any minute was last summarised with span conventions other than ``key``."""
+    return bool(
+        store.query_value(
+            f"SELECT count() > 0 FROM (SELECT minute FROM {store.table(MINUTES_TABLE)} GROUP BY minute "
+            "HAVING argMax(conventions, built_at) != {key:String} "
+            "AND argMax(layer, built_at) = {layer:UInt8})",
+            {"key": key, "layer": LAYER},
+        )
+    )
+
+
+def _outdated(store: Store, key: str) -> list[tuple[datetime, datetime]]:
     """The runs of minutes not last summarised with :data:`LAYER`: an older layout (once, after an
-    upgrade: every minute summarised before the aggregates existed), or :data:`IN_PROGRESS` (a build
-    killed while writing them)."""
+    upgrade: every minute summarised before the aggregates existed), :data:`IN_PROGRESS` (a build
+    killed while writing them), or other span conventions than ``key``."""
     rows = store.query_rows(
         f"""
 SELECT min(minute), max(minute) + 60
@@ -762,11 +807,11 @@ FROM (
     SELECT minute, toUnixTimestamp(minute) DIV 60 - row_number() OVER (ORDER BY minute) AS run
     FROM (
         SELECT minute FROM {store.table(MINUTES_TABLE)} GROUP BY minute
-        HAVING argMax(layer, built_at) != {{layer:UInt8}}
+        HAVING argMax(layer, built_at) != {{layer:UInt8}} OR argMax(conventions, built_at) != {{key:String}}
     )
 )
 GROUP BY run ORDER BY 1""",
-        {"layer": LAYER},
+        {"layer": LAYER, "key": key},
     )
     return [(as_utc(a), as_utc(b)) for a, b in rows]
 
@@ -1031,7 +1076,7 @@ class SummaryInputs:
     def _agg_pieces(self) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
         """The current window cut into the whole minutes whose aggregates are stored, and the rest."""
         w = self.windows
-        held = summary_coverage(self.store, w.start, w.end, layer=LAYER)
+        held = summary_coverage(self.store, w.start, w.end, layer=LAYER, conventions=self.conv)
         inside, outside = _split([(w.start, w.end)], held)
         whole, partial = _minute_pieces(inside, [])
         return whole, sorted(partial + outside)
@@ -1438,7 +1483,7 @@ def summarised_inputs(
     needed = _merge_ranges(
         [(windows.baseline_start, windows.baseline_end), (windows.start, windows.end + conv.trace_margin)]
     )
-    covered = summary_coverage(store, needed[0][0], needed[-1][1])
+    covered = summary_coverage(store, needed[0][0], needed[-1][1], conventions=conv)
     inside, outside = _split(needed, covered)
     if not inside:
         return None
@@ -1485,7 +1530,7 @@ def step_requests(
         return empty(STEP_REQUESTS_SCHEMA)
     releases = reads.rows(named=True)
     lo, hi = min(r["lo"] for r in releases), max(r["hi"] for r in releases)
-    covered = summary_coverage(store, lo, hi) if use_summaries else []
+    covered = summary_coverage(store, lo, hi, conventions=conv) if use_summaries else []
     # Each release's two sides: (service, version, side, from, until).
     sides = [
         (r["service"], r["version"], side, a, b)
@@ -1659,7 +1704,7 @@ def latency_good_total(
     (:func:`analytics.hot_path.latency_good_total`)."""
     conv = conventions or Conventions()
     windows = Windows.of(start, end)
-    covered = summary_coverage(store, windows.start, windows.end)
+    covered = summary_coverage(store, windows.start, windows.end, conventions=conv)
     inside, outside = _split([(windows.start, windows.end)], covered)
     if not inside:
         return raw_good_total(store, windows.start, windows.end, threshold_ms, conv)

@@ -242,11 +242,13 @@ def aggregate_tables(ctx: DDLContext) -> list[str]:
 
 
 def minutes_layer(ctx: DDLContext) -> list[str]:
-    """Which layout each summarised minute was written with: a minute summarised before the
-    aggregates existed (layer 0) is summarised again by the next build."""
+    """Which layout each summarised minute was written with, and the digest of the span conventions
+    it was reduced with: a minute summarised before the aggregates existed (layer 0), or with other
+    conventions, is summarised again by the next build."""
     return [
         f"ALTER TABLE {ctx.name(MINUTES_TABLE)}{ctx.on_cluster} "
-        "ADD COLUMN IF NOT EXISTS layer UInt8 DEFAULT 0"
+        "ADD COLUMN IF NOT EXISTS layer UInt8 DEFAULT 0, "
+        "ADD COLUMN IF NOT EXISTS conventions String DEFAULT ''"
     ]
 
 

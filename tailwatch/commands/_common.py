@@ -16,6 +16,7 @@ The conventions every command follows, in one place:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -242,3 +243,20 @@ def require_traces(store: Store, *, allow_missing: bool = False) -> TracesLayout
     if layout.exists or not allow_missing:
         check_traces(layout, store.location.redacted())
     return layout
+
+
+def refresh_summaries(store: Store, config: TailwatchConfig) -> None:
+    """Bring the summaries and per-minute aggregates up to date before a command reads: a one-shot
+    command (from cron, say) pays what the service's rollup job pays every minute, and reads
+    whole minutes from them. The first time over an existing table this is the catch-up: its
+    progress goes to a terminal's stderr (a cron job's stays quiet)."""
+    from analytics import build_summaries
+
+    # Summaries built with other span conventions (the service's, say) are left alone: this
+    # command then reads spans where they are, never rows reduced for another question.
+    build_summaries(
+        store,
+        keep_others=True,
+        conventions=config.analysis.conventions_object(),
+        progress=(lambda line: click.echo(f"tailwatch: {line}", err=True)) if sys.stderr.isatty() else None,
+    )

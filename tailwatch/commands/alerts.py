@@ -12,7 +12,6 @@ from typing import Any
 import click
 import polars as pl
 
-from analytics import build_summaries
 from slo_rules import (
     DEFAULT_DASHBOARD_URL,
     AlertmanagerConfig,
@@ -36,6 +35,7 @@ from tailwatch.commands._common import (
     ISO_TIME,
     command_config,
     format_option,
+    refresh_summaries,
     require_traces,
     store_config_options,
 )
@@ -310,15 +310,7 @@ def evaluate_command(
             )
         at = at or now
         if layout.exists and not dry_run:
-            # The service's cost from cron too: the minutes since the last build are summarised
-            # (the first time, the whole table: progress on a terminal), the rest read from them.
-            build_summaries(
-                store,
-                conventions=config.analysis.conventions_object(),
-                progress=(lambda line: click.echo(f"tailwatch: {line}", err=True))
-                if sys.stderr.isatty()
-                else None,
-            )
+            refresh_summaries(store, config)
         result = evaluate(
             store,
             rules,

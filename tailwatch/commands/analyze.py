@@ -16,6 +16,7 @@ from tailwatch.commands._common import (
     OutputFormat,
     command_config,
     format_option,
+    refresh_summaries,
     require_traces,
     resolve_window,
     store_config_options,
@@ -90,6 +91,8 @@ def analyze(
         return
     with target as store:
         require_traces(store)
+        if not no_summaries:
+            refresh_summaries(store, config)
         analysis = run_analysis(
             store,
             start,

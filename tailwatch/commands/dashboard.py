@@ -9,6 +9,7 @@ import click
 
 from tailwatch.commands._common import (
     command_config,
+    refresh_summaries,
     require_traces,
     resolve_window,
     store_config_options,
@@ -79,6 +80,7 @@ def export(
     else:
         with target as store:
             require_traces(store)
+            refresh_summaries(store, config)
             report = export_dashboards(
                 store,
                 out_dir,

@@ -340,3 +340,27 @@ def test_a_build_that_dies_between_writing_rows_and_recording_them_is_redone(
     assert again.minutes > 0
     assert _counted_twice(store) == 0
     assert_aggregated_equal(*_pair(store, START, END))
+
+
+def test_summaries_answer_only_analyses_with_their_span_conventions(store: Store) -> None:
+    """Summaries reduced with one set of span conventions never answer an analysis with another:
+    it reads spans (the right figures); a build keeping others leaves them; a build with the new
+    conventions summarises every minute again."""
+    build_summaries(store, until=UNTIL, conventions=CONV)
+    other = replace(CONV, abandon_status_codes=("504",))  # another idea of an abandoned request
+    assert other.summary_key() != CONV.summary_key()
+    assert replace(CONV, min_delta_ms=1.0).summary_key() == CONV.summary_key()  # read-time only
+    got = analyze(store, START, END, conventions=other)
+    want = analyze(store, START, END, conventions=other, use_summaries=False)
+    assert got.to_dict() == want.to_dict()
+    assert (
+        got.abandonment_summary["abandoned"].sum()
+        != analyze(store, START, END, conventions=CONV).abandonment_summary["abandoned"].sum()
+    )
+    kept = build_summaries(store, until=UNTIL, conventions=other, keep_others=True)
+    assert kept.others and kept.minutes == 0 and summary_coverage(store, conventions=other) == []
+    adopted = build_summaries(store, until=UNTIL, conventions=other)
+    assert adopted.resummarised > 0
+    assert summary_coverage(store, conventions=other) == summary_coverage(store)
+    assert summary_coverage(store, conventions=CONV) == []
+    assert_aggregated_equal(analyze(store, START, END, conventions=other), want)

@@ -112,7 +112,7 @@ def test_release_times_come_from_the_summary_builds_and_outlive_raw_spans(store:
     )
 
     def release_times() -> dict[tuple[str, str], object]:
-        frame = fetch_release_times(store, bounds, windows, conv, summary_extent(store))
+        frame = fetch_release_times(store, bounds, windows, conv, summary_extent(store, conv))
         return {(r["service"], r["version"]): r["released_at"] for r in frame.iter_rows(named=True)}
 
     raw_only = release_times()  # before any build: everything from raw spans
