@@ -40,10 +40,14 @@ from storage import Store
 __all__ = [
     "RETRY_AMPLIFICATION_SCHEMA",
     "RETRY_HOPS_SCHEMA",
+    "RETRY_HOP_STATE_SCHEMA",
+    "RETRY_RUN_STATE_SCHEMA",
     "WORKFLOWS_SCHEMA",
     "WORKFLOW_SPANS_SCHEMA",
     "fetch_workflows",
     "retry_metrics",
+    "retry_metrics_from_state",
+    "retry_state",
     "with_baseline",
     "workflow_spans",
     "workflows_from_spans",
@@ -178,24 +182,6 @@ def _attempt_totals(spans: pl.DataFrame, attempts: pl.DataFrame) -> pl.DataFrame
     )
 
 
-def _exemplars(calls: pl.DataFrame, trace_ids: pl.DataFrame) -> dict[str, str]:
-    """Per workflow, the id of its most retried run: most attempts beyond its calls, then the latest
-    start, then the smallest id. Runs without a known id (no root span read) cannot be opened and are
-    skipped; a workflow none of whose runs was retried has no exemplar."""
-    retried = (
-        calls.group_by("workflow", "trace")
-        .agg(
-            (pl.col("attempts").sum() - pl.len()).alias("retries"),
-            pl.col("start_ns").min(),
-        )
-        .filter(pl.col("retries") > 0)
-        .join(trace_ids, on="trace", how="inner")
-        .sort(["retries", "start_ns", "trace_id"], descending=[True, True, False])
-    )
-    best = retried.group_by("workflow", maintain_order=True).agg(pl.col("trace_id").first())
-    return {str(w): str(t) for w, t in best.iter_rows()}
-
-
 def with_baseline(amplification: pl.DataFrame, baseline: pl.DataFrame) -> pl.DataFrame:
     """``amplification`` (of the current window) with each workflow's runs and amplifications over
     the baseline window, from ``baseline`` (:func:`retry_metrics` of the baseline's workflows). Pure."""
@@ -214,10 +200,33 @@ def with_baseline(amplification: pl.DataFrame, baseline: pl.DataFrame) -> pl.Dat
     )
 
 
-def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """(retry_hops, retry_amplification) from the spans of workflow traces. Pure. Without a
-    ``trace_id`` column every ``exemplar_trace_id`` is ''. The baseline columns are null (see
-    :func:`with_baseline`)."""
+RETRY_HOP_STATE_SCHEMA: dict[str, Any] = {
+    "workflow": pl.String,
+    "hop": pl.String,
+    "calls": pl.Int64,
+    "attempts": pl.Int64,
+    "tokens": pl.Int64,
+    "final_tokens": pl.Int64,
+    "offset_sum": pl.Float64,  # Σ of each call's offset from its run's first attempt (ns)
+}
+RETRY_RUN_STATE_SCHEMA: dict[str, Any] = {
+    "workflow": pl.String,
+    "runs": pl.Int64,
+    # The most retried run (retries beyond its calls, then the latest start, then the smallest id):
+    # what the exemplar is; retries 0 and id '' when none was retried or none has a known id.
+    "best_retries": pl.Int64,
+    "best_start_ns": pl.Int64,
+    "best_trace_id": pl.String,
+}
+
+
+def retry_state(spans: pl.DataFrame, group: list[pl.Expr] | None = None) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The mergeable state of :func:`retry_metrics` (per hop: calls, attempts, tokens and offsets
+    summed; per workflow: runs and the most retried run) from the spans of workflow traces, per
+    ``group`` (expressions over the spans' columns, e.g. the minute the run started) besides the
+    workflow. Pure."""
+    extra = group or []
+    names = [e.meta.output_name() for e in extra]
     # Only root spans carry the id: one row per trace that has one.
     trace_ids = (
         spans.filter(pl.col("trace_id") != "")
@@ -241,10 +250,13 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         "tokens",
         "resend",
         "extra_attempts",
+        *extra,
     )
     attempts = spans.filter(pl.col("is_attempt"))
+    hop_schema = {**RETRY_HOP_STATE_SCHEMA, **{n: spans.schema[n] for n in names}}
+    run_schema = {**RETRY_RUN_STATE_SCHEMA, **{n: spans.schema[n] for n in names}}
     if attempts.is_empty():
-        return empty(RETRY_HOPS_SCHEMA), empty(RETRY_AMPLIFICATION_SCHEMA)
+        return empty(hop_schema), empty(run_schema)
     attempts = (
         attempts.join(_attempt_totals(spans, attempts), on="span", how="left")
         .with_columns(pl.col("attempt_tokens", "inner_attempts").fill_null(0))
@@ -262,7 +274,7 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     attempts = attempts.with_columns(
         (~retries_previous.fill_null(False)).cast(pl.Int64).cum_sum().alias("call_no")
     )
-    calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop"), "call_no").agg(
+    calls = attempts.group_by("workflow", "trace", pl.col("name").alias("hop"), "call_no", *names).agg(
         (pl.len() + pl.col("inner_attempts").sum()).cast(pl.Int64).alias("attempts"),
         pl.col("attempt_tokens").sum().alias("tokens"),
         # The final attempt is the latest one to start.
@@ -270,23 +282,78 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("offset_ns").min().alias("offset_ns"),
         pl.col("start_ns").min(),
     )
-    hops = (
-        calls.group_by("workflow", "hop")
+    hops = calls.group_by("workflow", "hop", *names).agg(
+        pl.len().cast(pl.Int64).alias("calls"),
+        pl.col("attempts").sum().cast(pl.Int64),
+        pl.col("tokens").sum().cast(pl.Int64),
+        pl.col("final_tokens").sum().cast(pl.Int64),
+        pl.col("offset_ns").cast(pl.Float64).sum().alias("offset_sum"),
+    )
+    per_run = (
+        calls.group_by("workflow", "trace", *names)
+        .agg((pl.col("attempts").sum() - pl.len()).alias("retries"), pl.col("start_ns").min())
+        .join(trace_ids, on="trace", how="left")
+    )
+    runs = per_run.group_by("workflow", *names).agg(pl.len().cast(pl.Int64).alias("runs"))
+    best = (
+        per_run.filter((pl.col("retries") > 0) & pl.col("trace_id").is_not_null())
+        .sort(["retries", "start_ns", "trace_id"], descending=[True, True, False])
+        .group_by("workflow", *names, maintain_order=True)
         .agg(
-            pl.len().cast(pl.Int64).alias("calls"),
-            pl.col("attempts").sum().cast(pl.Int64).alias("attempts"),
-            pl.col("tokens").sum().cast(pl.Int64).alias("tokens"),
-            pl.col("final_tokens").sum().cast(pl.Int64).alias("final_tokens"),
-            pl.col("offset_ns").mean().alias("offset"),
+            pl.col("retries").first().cast(pl.Int64).alias("best_retries"),
+            pl.col("start_ns").first().alias("best_start_ns"),
+            pl.col("trace_id").first().alias("best_trace_id"),
         )
+    )
+    run_state = runs.join(best, on=["workflow", *names], how="left").with_columns(
+        pl.col("best_retries").fill_null(0),
+        pl.col("best_start_ns").fill_null(0),
+        pl.col("best_trace_id").fill_null(""),
+    )
+    return (
+        hops.with_columns(pl.col("workflow", "hop").cast(pl.String))
+        .select(list(hop_schema))
+        .cast(pl.Schema(hop_schema)),
+        run_state.with_columns(pl.col("workflow").cast(pl.String))
+        .select(list(run_schema))
+        .cast(pl.Schema(run_schema)),
+    )
+
+
+def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(retry_hops, retry_amplification) from the spans of workflow traces. Pure. Without a
+    ``trace_id`` column every ``exemplar_trace_id`` is ''. The baseline columns are null (see
+    :func:`with_baseline`)."""
+    return retry_metrics_from_state(*retry_state(spans))
+
+
+def retry_metrics_from_state(
+    hop_state: pl.DataFrame, run_state: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(retry_hops, retry_amplification) from merged :func:`retry_state` (rows of several groups,
+    e.g. minutes, add up). Pure."""
+    if hop_state.is_empty():
+        return empty(RETRY_HOPS_SCHEMA), empty(RETRY_AMPLIFICATION_SCHEMA)
+    hops = (
+        hop_state.group_by("workflow", "hop")
+        .agg(pl.col("calls", "attempts", "tokens", "final_tokens", "offset_sum").sum())
         .with_columns(
             ((pl.col("attempts") - pl.col("calls")) / pl.col("calls")).alias("retry_rate"),
-            pl.col("offset").rank("ordinal").over("workflow").cast(pl.Int64).alias("hop_index"),
+            (pl.col("offset_sum") / pl.col("calls")).alias("offset"),
         )
-        .sort("workflow", "hop_index")
+        # The hops in the order a run reaches them (mean offset), ties by name.
+        .sort("workflow", "offset", "hop")
+        .with_columns(pl.int_range(1, pl.len() + 1).over("workflow").cast(pl.Int64).alias("hop_index"))
     )
-    runs = dict(calls.group_by("workflow").agg(pl.col("trace").n_unique()).iter_rows())
-    exemplars = _exemplars(calls, trace_ids)
+    runs = run_state.group_by("workflow").agg(pl.col("runs").sum())
+    best = (
+        run_state.filter(pl.col("best_retries") > 0)
+        .sort(["best_retries", "best_start_ns", "best_trace_id"], descending=[True, True, False])
+        .group_by("workflow", maintain_order=True)
+        .agg(pl.col("best_trace_id").first())
+    )
+    run_counts = dict(runs.iter_rows())
+    exemplars = dict(best.iter_rows())
     rows: list[dict[str, Any]] = []
     for (workflow,), group in hops.group_by("workflow", maintain_order=True):
         final_tokens = int(group["final_tokens"].sum())
@@ -295,11 +362,11 @@ def retry_metrics(spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         rows.append(
             {
                 "workflow": str(workflow),
-                "runs": int(runs[workflow]),
+                "runs": int(run_counts.get(workflow, 0)),
                 "attempt_amplification": attempts_total / calls_total,
                 "token_amplification": tokens_total / final_tokens if final_tokens else None,
                 "modeled_amplification": math.prod(1.0 + r for r in group["retry_rate"].to_list()),
-                "exemplar_trace_id": exemplars.get(str(workflow), ""),
+                "exemplar_trace_id": exemplars.get(workflow, ""),
                 "baseline_runs": None,
                 "baseline_attempt_amplification": None,
                 "baseline_token_amplification": None,
