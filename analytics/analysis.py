@@ -96,6 +96,7 @@ from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
     RETRY_HOPS_SCHEMA,
     retry_metrics,
+    retry_metrics_from_state,
     with_baseline,
     workflow_spans,
     workflows_from_spans,
@@ -748,6 +749,11 @@ class _FromSummaries:
 
     @cached_property
     def _retries(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        if self._aggregated:
+            w = self.windows
+            hops, amplification = retry_metrics_from_state(*self.inputs.retry_state(w.start, w.end))
+            _, baseline = retry_metrics_from_state(*self.inputs.retry_state(w.baseline_start, w.baseline_end))
+            return hops, with_baseline(amplification, baseline)
         hops, amplification = retry_metrics(self.inputs.workflow_spans)
         _, baseline_amplification = retry_metrics(self.inputs.baseline_workflow_spans)
         return hops, with_baseline(amplification, baseline_amplification)

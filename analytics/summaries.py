@@ -69,12 +69,21 @@ from analytics.hot_path import latency_good_total as raw_good_total
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import STEP_REQUESTS_SCHEMA, record_release_times
-from analytics.retries import WORKFLOW_SPANS_SCHEMA, workflow_spans, workflows_from_spans
+from analytics.retries import (
+    RETRY_HOP_STATE_SCHEMA,
+    RETRY_RUN_STATE_SCHEMA,
+    WORKFLOW_SPANS_SCHEMA,
+    retry_state,
+    workflow_spans,
+    workflows_from_spans,
+)
 from analytics.schema import MIGRATIONS
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
     AGG_REQUESTS_TABLE,
+    AGG_WORKFLOW_HOPS_TABLE,
+    AGG_WORKFLOW_RUNS_TABLE,
     CALL_MINUTES_TABLE,
     CALLS_TABLE,
     EVALUATIONS_TABLE,
@@ -223,6 +232,9 @@ class RangeRows:
     workflow_spans: pl.DataFrame  # STORED_WORKFLOW_SPANS_SCHEMA, workflows started in [lo, hi)
     evaluations: pl.DataFrame  # STORED_EVALUATIONS_SCHEMA, of spans started in [lo, hi)
     request_aggregates: pl.DataFrame  # analytics.aggregates.AGG_REQUESTS_SCHEMA, per minute
+    # analytics.retries.retry_state per minute the workflow runs started (``start``)
+    workflow_hop_aggregates: pl.DataFrame
+    workflow_run_aggregates: pl.DataFrame
 
     @classmethod
     def empty(cls, lo: datetime, hi: datetime) -> RangeRows:
@@ -240,6 +252,8 @@ class RangeRows:
             empty(STORED_WORKFLOW_SPANS_SCHEMA),
             empty(STORED_EVALUATIONS_SCHEMA),
             empty(AGG_REQUESTS_SCHEMA),
+            empty({**RETRY_HOP_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
+            empty({**RETRY_RUN_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
         )
 
 
@@ -412,6 +426,8 @@ def extract_range(
         .cast(pl.Schema(STORED_WORKFLOW_SPANS_SCHEMA))
     )
     top, minutes = top_requests(stored_requests.join(thresholds, on="trace_key", how="left"))
+    run_minute = pl.col("wf_start_ns").cast(pl.Datetime("ns", "UTC")).dt.truncate("1m").alias("start")
+    hop_state, run_state = retry_state(wf_spans, [run_minute])
     return RangeRows(
         lo=lo,
         hi=hi,
@@ -426,6 +442,8 @@ def extract_range(
         workflow_spans=wf_spans,
         evaluations=fetch_flag_evaluations(store, only, conv, margin=False),
         request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms, walks),
+        workflow_hop_aggregates=hop_state,
+        workflow_run_aggregates=run_state,
     )
 
 
@@ -469,6 +487,8 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
         ),
         EVALUATIONS_TABLE: rows.evaluations.with_columns(_ns_time("span_ns").alias("start")).drop("span_ns"),
         AGG_REQUESTS_TABLE: rows.request_aggregates,
+        AGG_WORKFLOW_HOPS_TABLE: rows.workflow_hop_aggregates,
+        AGG_WORKFLOW_RUNS_TABLE: rows.workflow_run_aggregates,
     }
     written = {}
     for name, frame in tables.items():
@@ -1075,11 +1095,57 @@ class SummaryInputs:
     @cached_property
     def _agg_pieces(self) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
         """The current window cut into the whole minutes whose aggregates are stored, and the rest."""
-        w = self.windows
-        held = summary_coverage(self.store, w.start, w.end, layer=LAYER, conventions=self.conv)
-        inside, outside = _split([(w.start, w.end)], held)
+        return self._pieces(self.windows.start, self.windows.end)
+
+    def _pieces(
+        self, a: datetime, b: datetime
+    ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
+        """[a, b) cut into the whole minutes whose aggregates are stored, and the rest."""
+        held = summary_coverage(self.store, a, b, layer=LAYER, conventions=self.conv)
+        inside, outside = _split([(a, b)], held)
         whole, partial = _minute_pieces(inside, [])
         return whole, sorted(partial + outside)
+
+    def retry_state(self, a: datetime, b: datetime) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """The merged :func:`analytics.retries.retry_state` of the workflow runs started in [a, b):
+        the aggregates of its whole minutes, the workflow spans of the rest."""
+        whole, rest = self._pieces(a, b)
+        hops, runs = [], []
+        if whole:
+            where, params = _in_ranges(whole)
+            sums = ", ".join(
+                f"toInt64(sum({c})) AS {c}" for c in ("calls", "attempts", "tokens", "final_tokens")
+            )
+            hops.append(
+                self.store.query_polars(
+                    f"SELECT workflow, hop, {sums}, sum(offset_sum) AS offset_sum "
+                    f"FROM {self.store.table(AGG_WORKFLOW_HOPS_TABLE)} WHERE {where} GROUP BY workflow, hop",
+                    params,
+                )
+            )
+            runs.append(
+                self.store.query_polars(
+                    "SELECT workflow, runs, best_retries, best_start_ns, best_trace_id "
+                    f"FROM {self.store.table(AGG_WORKFLOW_RUNS_TABLE)} WHERE {where}",
+                    params,
+                )
+            )
+        stored, raw = _split(rest, self.ranges)
+        columns = ", ".join(
+            c if c != "wf_start_ns" else "toUnixTimestamp64Nano(start) AS wf_start_ns"
+            for c in STORED_WORKFLOW_SPANS_SCHEMA
+        )
+        rows = [_cast(_read(self.store, WORKFLOW_SPANS_TABLE, columns, stored), STORED_WORKFLOW_SPANS_SCHEMA)]
+        for part in self.extracted:
+            for x, y in raw:
+                if y > part.lo and x < part.hi:
+                    started = self._between(pl.col("wf_start_ns"), max(x, part.lo), min(y, part.hi))
+                    rows.append(_cast(part.workflow_spans, STORED_WORKFLOW_SPANS_SCHEMA).filter(started))
+        hop_rest, run_rest = retry_state(pl.concat(rows))
+        return (
+            pl.concat([_cast(normalize(f), RETRY_HOP_STATE_SCHEMA) for f in [*hops, hop_rest]]),
+            pl.concat([_cast(normalize(f), RETRY_RUN_STATE_SCHEMA) for f in [*runs, run_rest]]),
+        )
 
     @cached_property
     def _rest_rows(self) -> pl.DataFrame:

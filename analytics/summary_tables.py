@@ -19,6 +19,8 @@ from storage import DDLContext
 
 __all__ = [
     "AGG_REQUESTS_TABLE",
+    "AGG_WORKFLOW_HOPS_TABLE",
+    "AGG_WORKFLOW_RUNS_TABLE",
     "CALLS_TABLE",
     "CALL_MINUTES_TABLE",
     "EVALUATIONS_TABLE",
@@ -47,6 +49,8 @@ REQUEST_MINUTES_TABLE = "tailwatch_summary_request_minutes"
 TOP_REQUESTS_TABLE = "tailwatch_summary_top_requests"
 CALL_MINUTES_TABLE = "tailwatch_summary_llm_call_minutes"
 AGG_REQUESTS_TABLE = "tailwatch_agg_requests"
+AGG_WORKFLOW_HOPS_TABLE = "tailwatch_agg_workflow_hops"
+AGG_WORKFLOW_RUNS_TABLE = "tailwatch_agg_workflow_runs"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -216,6 +220,32 @@ _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
     cf_n Array(UInt64)""",
         "(service, operation, start)",
         "cityHash64(service, operation)",
+    ),
+    # Per (minute a workflow run started, workflow, hop): retry amplification's sums
+    # (analytics.retries.retry_state); per (minute, workflow): its runs and the most retried one.
+    (
+        AGG_WORKFLOW_HOPS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    workflow LowCardinality(String),
+    hop String,
+    calls Int64,
+    attempts Int64,
+    tokens Int64,
+    final_tokens Int64,
+    offset_sum Float64""",
+        "(workflow, start)",
+        "cityHash64(workflow)",
+    ),
+    (
+        AGG_WORKFLOW_RUNS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    workflow LowCardinality(String),
+    runs Int64,
+    best_retries Int64,
+    best_start_ns Int64,
+    best_trace_id String""",
+        "(workflow, start)",
+        "cityHash64(workflow)",
     ),
 )
 

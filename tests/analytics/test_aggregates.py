@@ -27,7 +27,7 @@ from analytics import Analysis, Conventions, analyze, build_summaries
 from analytics.sketch import RELATIVE_ERROR, BucketSample, bucket_index
 from analytics.stats import percentile
 from analytics.summaries import LAYER, summary_coverage
-from analytics.summary_tables import AGG_REQUESTS_TABLE, MINUTES_TABLE
+from analytics.summary_tables import AGG_REQUESTS_TABLE, AGG_WORKFLOW_RUNS_TABLE, MINUTES_TABLE
 from collectors import insert_spans
 from collectors.spans import SpanRow
 from storage import Store, ensure_schema, open_store
@@ -39,6 +39,7 @@ from tests.analytics.builders import (
     scenario_abandonment_cliff,
     scenario_flag_split,
     scenario_llm_regression,
+    scenario_retries,
 )
 
 HOUR = 3600.0
@@ -54,6 +55,8 @@ def _spans() -> list[SpanRow]:
     cliff = scenario_abandonment_cliff(requests=600).spans
     offset = int((HOUR + 40) * S)
     spans += [replace(s, start_ns=s.start_ns + offset) for s in cliff]
+    spans += [replace(s, start_ns=s.start_ns + offset) for s in scenario_retries(runs=60).spans]
+    spans += [replace(s, start_ns=s.start_ns + int(50 * S)) for s in scenario_retries(runs=40).spans]
     flags = scenario_flag_split(requests=300).spans
     spans += [
         replace(
@@ -139,8 +142,11 @@ def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
             assert (a is None) == (b is None) and (a is None or abs(a - b) <= 2 + 0.01 * b), (column, a, b)
     for a, b in zip(g["abandoned_saved_per_day"], w["abandoned_saved_per_day"], strict=True):
         assert (a is None) == (b is None) and (a is None or abs(a - b) <= 0.02 * abs(b) + 1.0), (a, b)
-    # The slices read only the flagged requests: the same figures exactly.
+    # The slices read only the flagged requests, the retries merge per-minute sums: the same
+    # figures exactly.
     assert_frame_equal(got.slices, want.slices)
+    assert_frame_equal(got.retry_hops, want.retry_hops, check_exact=False, rel_tol=1e-12)
+    assert_frame_equal(got.retry_amplification, want.retry_amplification, check_exact=False, rel_tol=1e-12)
     gr, wr = got.boundary_releases, want.boundary_releases
     assert gr.select("service", "operation", "version", "released_at", "requests").equals(
         wr.select("service", "operation", "version", "released_at", "requests")
@@ -170,6 +176,7 @@ def test_the_sketch_holds_its_bound_on_any_sample() -> None:
 def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: Store) -> None:
     build = build_summaries(store, until=UNTIL, conventions=CONV)
     assert build.rows[AGG_REQUESTS_TABLE] > 0
+    assert build.rows[AGG_WORKFLOW_RUNS_TABLE] > 0
     # Minutes × (service, operation, version): far fewer rows than requests.
     requests = store.query_value("SELECT sum(requests) FROM tailwatch_agg_requests")
     assert build.rows[AGG_REQUESTS_TABLE] < requests / 3
@@ -180,6 +187,7 @@ def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: S
         and (want.boundary["sync_llm_calls_per_request"] > 0).any()
     )
     assert want.slices.height >= 2
+    assert want.retry_amplification["runs"].sum() > 0 and want.retry_amplification["baseline_runs"].sum() > 0
     assert_aggregated_equal(got, want)
     # Whole minutes too, and a window holding the release.
     assert_aggregated_equal(*_pair(store, dt(at(HOUR)), dt(at(2 * HOUR))))
