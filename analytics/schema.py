@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from analytics.summary_tables import aggregate_tables, minutes_layer, summary_tables, summary_top_tables
+from analytics.summary_tables import (
+    aggregate_tables,
+    aggregate_workflow_tables,
+    minutes_layer,
+    summary_tables,
+    summary_top_tables,
+)
 from storage import DDLContext, Migration, register_migrations
 
 __all__ = ["MIGRATIONS", "RELEASE_TIMES_TABLE", "ROLLUPS_TABLE", "ROLLUP_RUNS_TABLE", "migration"]
@@ -65,6 +71,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     migration(14, "tailwatch_agg_requests", aggregate_tables),
     migration(15, "tailwatch_summary_minutes layer", minutes_layer),
+    migration(16, "tailwatch_agg_workflow_hops and _runs", aggregate_workflow_tables),
 )
 
 register_migrations(MIGRATIONS)

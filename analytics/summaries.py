@@ -114,9 +114,10 @@ __all__ = [
 ]
 
 _MINUTE = timedelta(minutes=1)
-# The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates).
-# A build summarises again every minute recorded with an older layout.
-LAYER = 1
+# The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates),
+# 2 the workflow runs' (analytics.retries.retry_state). A build summarises again every minute
+# recorded with an older layout.
+LAYER = 2
 # Recorded for a chunk's minutes before its rows are written, replaced by LAYER once they all are:
 # a build killed in between leaves them so, and the next build summarises them again (after
 # deleting whatever part of their rows was written).

@@ -33,6 +33,7 @@ __all__ = [
     "TOP_REQUESTS_TABLE",
     "WORKFLOW_SPANS_TABLE",
     "aggregate_tables",
+    "aggregate_workflow_tables",
     "minutes_layer",
     "summary_tables",
     "summary_top_tables",
@@ -221,8 +222,10 @@ _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
         "(service, operation, start)",
         "cityHash64(service, operation)",
     ),
-    # Per (minute a workflow run started, workflow, hop): retry amplification's sums
-    # (analytics.retries.retry_state); per (minute, workflow): its runs and the most retried one.
+)
+# Per (minute a workflow run started, workflow, hop): retry amplification's sums
+# (analytics.retries.retry_state); per (minute, workflow): its runs and the most retried one.
+_AGG_WORKFLOW_TABLES: tuple[tuple[str, str, str, str], ...] = (
     (
         AGG_WORKFLOW_HOPS_TABLE,
         """    start DateTime64(9, 'UTC'),
@@ -249,7 +252,9 @@ _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-SUMMARY_TABLES: tuple[str, ...] = tuple(t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES))
+SUMMARY_TABLES: tuple[str, ...] = tuple(
+    t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES, *_AGG_WORKFLOW_TABLES)
+)
 
 
 def _create(ctx: DDLContext, tables: tuple[tuple[str, str, str, str], ...]) -> list[str]:
@@ -269,6 +274,11 @@ def summary_top_tables(ctx: DDLContext) -> list[str]:
 def aggregate_tables(ctx: DDLContext) -> list[str]:
     """The per-minute aggregates (the analytics migration adding them)."""
     return _create(ctx, _AGG_TABLES)
+
+
+def aggregate_workflow_tables(ctx: DDLContext) -> list[str]:
+    """The workflow runs' per-minute aggregates (the analytics migration adding them)."""
+    return _create(ctx, _AGG_WORKFLOW_TABLES)
 
 
 def minutes_layer(ctx: DDLContext) -> list[str]:
