@@ -58,6 +58,7 @@ __all__ = [
     "hot_path_from_state",
     "hot_path_series_from_state",
     "latency_state",
+    "tail_stats_from_state",
     "totals_state",
     "version_latency_state",
 ]
@@ -417,6 +418,19 @@ def _stats(
         pl.col("tail").alias("p99_tail_samples"),
         (weighted & (pl.col("weight_max") > 1.0) & (pl.col("tail") < min_tail)).alias("p99_warning"),
     )
+
+
+def tail_stats_from_state(
+    totals: pl.DataFrame, latency: pl.DataFrame, q: float, min_sampled_tail: int
+) -> pl.DataFrame:
+    """Per (service, operation): ``n`` requests (the weighted count, rounded, in sampled data) and
+    their ``q`` quantile ``p99``, from merged state — what :func:`analytics.attribution.window_stats`
+    computes from rows, the quantile within the sketch's relative error. Pure."""
+    schema = {"service": pl.String, "operation": pl.String, "n": pl.Int64, "p99": pl.Float64}
+    if totals.is_empty():
+        return empty(schema)
+    stats = _stats(totals, latency, ["service", "operation"], {"p99": q}, min_sampled_tail)
+    return stats.select("service", "operation", pl.col("requests").alias("n"), "p99").cast(pl.Schema(schema))
 
 
 def hot_path_from_state(totals: pl.DataFrame, latency: pl.DataFrame, min_sampled_tail: int) -> pl.DataFrame:

@@ -699,7 +699,11 @@ class _FromSummaries:
     def _attribution(self) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame, pl.DataFrame]:
         # Each operation's p99 and tail from SQL (the ranks around the p99 and the tail rows); the
         # request rows where those do not do (sampled data, overlapping windows).
-        fast = self.inputs.window_tails(self.conv.tail_quantile, self.conv.max_tail_traces)
+        # Beyond the exact horizon: the p99s from the sketches, the tail among the walked top
+        # requests (no request row read); within it, the exact ranks from the top requests.
+        fast = self._long_tails if self._aggregated else None
+        if fast is None:
+            fast = self.inputs.window_tails(self.conv.tail_quantile, self.conv.max_tail_traces)
         requests, stats = (None, fast[0]) if fast is not None else (self.inputs.requests, None)
         tails = fast[1] if fast is not None else tail_traces(self.inputs.requests, self.conv)
         walks, path = self.inputs.walk(tails)
@@ -707,6 +711,14 @@ class _FromSummaries:
         attribution, attribution_spans = attribute(requests, tails_with_ids, path, self.conv, stats)
         causes = llm_causes(attribution, attribution_spans)
         return attribution, attribution_spans, causes, walks.select("trace_key", "llm_ns")
+
+    @property
+    def _long_tails(self) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+        if not self.inputs.has_tops:
+            return None
+        stats = self.inputs.tail_stats(self.conv.tail_quantile)
+        tails = self.inputs.walked_tails(stats, self.conv.max_tail_traces)
+        return None if tails is None else (stats, tails)
 
     @cached_property
     def _buckets(self) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -56,6 +56,7 @@ from analytics.aggregates import (
     counterfactual_state,
     latency_state,
     series_bucket,
+    tail_stats_from_state,
     totals_state,
     version_latency_state,
 )
@@ -78,6 +79,7 @@ from analytics.retries import (
     workflows_from_spans,
 )
 from analytics.schema import MIGRATIONS
+from analytics.sketch import bucket_expr
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
@@ -1152,7 +1154,10 @@ class SummaryInputs:
     def _rest_rows(self) -> pl.DataFrame:
         """The request rows (:data:`STORED_REQUESTS_SCHEMA`) of the current window outside its whole
         aggregated minutes: stored rows where summarised, reduced raw rows elsewhere."""
-        _, rest = self._agg_pieces
+        return self._rows_of(self._agg_pieces[1])
+
+    def _rows_of(self, rest: list[tuple[datetime, datetime]]) -> pl.DataFrame:
+        """The request rows of ``rest`` (ranges outside the whole aggregated minutes)."""
         stored, raw = _split(rest, self.ranges)
         columns = ", ".join(STORED_REQUESTS_SCHEMA)
         stored_rows = _cast(_read(self.store, REQUESTS_TABLE, columns, stored), STORED_REQUESTS_SCHEMA)
@@ -1172,10 +1177,16 @@ class SummaryInputs:
         return frames
 
     def _merged(
-        self, select: str, group: str, array_join: str = "", extra: dict[str, Any] | None = None
+        self,
+        select: str,
+        group: str,
+        array_join: str = "",
+        extra: dict[str, Any] | None = None,
+        whole: list[tuple[datetime, datetime]] | None = None,
     ) -> pl.DataFrame:
-        """One GROUP BY over the whole aggregated minutes of the current window."""
-        whole, _ = self._agg_pieces
+        """One GROUP BY over the whole aggregated minutes of the current window (or ``whole``)."""
+        if whole is None:
+            whole = self._agg_pieces[0]
         if not whole:
             return pl.DataFrame()
         where, params = _in_ranges(whole)
@@ -1225,6 +1236,80 @@ class SummaryInputs:
         return (
             pl.concat([_cast(totals, totals_schema), _cast(totals_state(rows, group), totals_schema)]),
             pl.concat([_cast(latency, latency_schema), _cast(latency_state(rows, group), latency_schema)]),
+        )
+
+    def tail_stats(self, q: float) -> pl.DataFrame:
+        """Per (service, operation, window): the requests ``n`` and their ``q`` quantile ``p99`` (as
+        :func:`analytics.attribution.window_stats`), merged from the latency sketches of both
+        windows' whole minutes and the request rows of the rest: within the sketch's relative
+        error, whatever the window's length."""
+        w = self.windows
+        frames = []
+        for label, (a, b) in (
+            ("current", (w.start, w.end)),
+            ("baseline", (w.baseline_start, w.baseline_end)),
+        ):
+            whole, rest = self._pieces(a, b)
+            latency = self._merged(
+                "service, operation, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+                "service, operation, bucket",
+                "ARRAY JOIN lat_bucket AS b, lat_weight AS w, lat_n AS n",
+                whole=whole,
+            )
+            totals = self._merged(
+                "service, operation, toInt64(sum(requests)) AS requests, sum(weight) AS weight, "
+                "sum(weight_sq) AS weight_sq, min(weight_min) AS weight_min, max(weight_max) AS weight_max, "
+                "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned",
+                "service, operation",
+                whole=whole,
+            )
+            rows = self._rows_of(rest)
+            frames.append(
+                tail_stats_from_state(
+                    pl.concat(
+                        [_cast(totals, TOTALS_STATE_SCHEMA), _cast(totals_state(rows), TOTALS_STATE_SCHEMA)]
+                    ),
+                    pl.concat(
+                        [
+                            _cast(latency, LATENCY_STATE_SCHEMA),
+                            _cast(latency_state(rows), LATENCY_STATE_SCHEMA),
+                        ]
+                    ),
+                    q,
+                    self.conv.min_sampled_tail,
+                ).with_columns(pl.lit(label).alias("window"))
+            )
+        return pl.concat(frames).select("service", "operation", "window", "n", "p99")
+
+    @property
+    def has_tops(self) -> bool:
+        """Whether the top requests answer the tails (not for sampled data or overlapping windows)."""
+        return self._tops is not None
+
+    def walked_tails(self, stats: pl.DataFrame, most: int) -> pl.DataFrame | None:
+        """The tail traces of both windows for ``stats`` (:meth:`tail_stats`): the requests at or
+        above their window's p99, the slowest ``most``, among each minute's top requests (walked
+        when the minute was summarised) and every request of the window's other minutes; ``None``
+        for sampled data or overlapping windows (then the request rows are read).
+
+        A window beyond the exact horizon reads no request row: where a minute holds more of the
+        window's tail than its top requests, the tail is the slowest of each minute's."""
+        tops = self._tops
+        if tops is None:
+            return None
+        columns = ["service", "operation", "window", "trace_key", "duration_ms", "start"]
+        return (
+            tops[1]
+            .join(
+                stats.select("service", "operation", "window", "p99"), on=["service", "operation", "window"]
+            )
+            # At or above the p99's bucket: every value the merged p99 may stand for.
+            .filter(bucket_expr("duration_ms") >= bucket_expr("p99"))
+            .sort(["duration_ms", "trace_key"], descending=[True, False])
+            .group_by("service", "operation", "window", maintain_order=True)
+            .head(most)
+            .select(columns)
+            .cast(pl.Schema(_TAIL_SCHEMA))
         )
 
     def flagged_requests(self) -> pl.DataFrame:

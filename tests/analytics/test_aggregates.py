@@ -147,6 +147,16 @@ def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
     assert_frame_equal(got.slices, want.slices)
     assert_frame_equal(got.retry_hops, want.retry_hops, check_exact=False, rel_tol=1e-12)
     assert_frame_equal(got.retry_amplification, want.retry_amplification, check_exact=False, rel_tol=1e-12)
+    # The attribution: the p99s within the bound, the counts exact, the same verdicts (its tail
+    # traces are the walked top requests of each minute: the same traces here).
+    g, w = got.attribution.sort(keys), want.attribution.sort(keys)
+    exact = ["service", "operation", "baseline_requests", "current_requests", "verdict"]
+    assert g.select(exact).equals(w.select(exact)), (g, w)
+    for column in ("baseline_p99_ms", "current_p99_ms"):
+        for a, b in zip(g[column], w[column], strict=True):
+            assert _close(a, b), (column, a, b)
+    for a, b in zip(g["llm_delta_ms"], w["llm_delta_ms"], strict=True):
+        assert abs(a - b) <= 0.01 * abs(b) + 5.0, (a, b)
     gr, wr = got.boundary_releases, want.boundary_releases
     assert gr.select("service", "operation", "version", "released_at", "requests").equals(
         wr.select("service", "operation", "version", "released_at", "requests")
