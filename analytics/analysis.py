@@ -754,6 +754,10 @@ class _FromSummaries:
 
     @cached_property
     def _jobs(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        if self._aggregated:
+            # Beyond the exact horizon the jobs are reduced in SQL: only they are read, not spans.
+            w = self.windows
+            return self.inputs.jobs(w.start, w.end), self.inputs.jobs(w.baseline_start, w.baseline_end)
         return (
             jobs_from_raw(jobs_from_spans(self.inputs.job_spans)),
             jobs_from_raw(jobs_from_spans(self.inputs.baseline_job_spans)),

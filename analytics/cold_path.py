@@ -50,6 +50,7 @@ __all__ = [
     "fetch_jobs",
     "jobs_from_raw",
     "jobs_from_spans",
+    "jobs_reduction_sql",
     "jobs_sql",
 ]
 
@@ -171,6 +172,42 @@ UNION ALL
 {_cold_roots_marked_in(table, "SpanAttributes")}
 UNION ALL
 {_cold_roots_marked_in(table, "ResourceAttributes")}"""
+
+
+def jobs_reduction_sql(spans: str) -> str:
+    """:func:`jobs_from_spans` in SQL over ``spans``, a query of :data:`JOB_SPANS_SCHEMA` rows: one
+    row per job (``queue``, ``trace_key``, ``enqueued_ns``, ``started_ns``, ``ended_ns``, ``runs``),
+    the same rows. A long window reduces its jobs where its spans are and reads only the jobs.
+
+    Two GROUP BYs and no join: per producer span key, its producer and its runs (a run's state —
+    first start, last end, last successful end, distinct runs — merges by min, max and sum); then
+    per job (the producers sharing a message id are one). On a cluster the first runs on the
+    shards when the spans are sharded by ``job_key`` (the summaries' job spans are)."""
+    return f"""
+WITH spans AS ({spans})
+SELECT toString(argMin(k_queue, k_enqueued)) AS queue, argMin(k_trace, k_enqueued) AS trace_key,
+       min(k_enqueued) AS enqueued_ns,
+       if(sum(k_runs) > 0, minIf(k_started, k_runs > 0), NULL) AS started_ns,
+       -- Ready when its successful runs ended; a job whose every run failed is over when the last ends.
+       if(sum(k_runs) > 0, if(sum(k_ok) > 0, maxIf(k_ok_end, k_ok > 0), maxIf(k_end, k_runs > 0)), NULL)
+           AS ended_ns,
+       toInt64(sum(k_runs)) AS runs
+FROM (
+    SELECT job_key AS k_key,
+           anyIf(queue, role = {_PRODUCER}) AS k_queue, minIf(start_ns, role = {_PRODUCER}) AS k_enqueued,
+           anyIf(trace_key, role = {_PRODUCER}) AS k_trace,
+           anyIf(message_key, role = {_PRODUCER}) AS k_message,
+           countIf(role = {_PRODUCER}) AS k_producers,
+           uniqExactIf((start_ns, end_ns, failed), role = {_CONSUMER}) AS k_runs,
+           minIf(start_ns, role = {_CONSUMER}) AS k_started, maxIf(end_ns, role = {_CONSUMER}) AS k_end,
+           countIf(role = {_CONSUMER} AND NOT failed) AS k_ok,
+           maxIf(end_ns, role = {_CONSUMER} AND NOT failed) AS k_ok_end
+    FROM spans WHERE role IN ({_PRODUCER}, {_CONSUMER}) GROUP BY job_key HAVING k_producers > 0
+)
+GROUP BY if(k_message != 0, k_message, k_key)
+UNION ALL
+SELECT toString(any(queue)), any(trace_key), min(start_ns), min(start_ns), max(end_ns), toInt64(1)
+FROM spans WHERE role = {_STANDALONE} GROUP BY job_key"""
 
 
 def fetch_job_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:

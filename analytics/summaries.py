@@ -63,7 +63,14 @@ from analytics.aggregates import (
 from analytics.ancestry import boundary_traces, without_queued_calls
 from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_spans
 from analytics.boundary import sync_llm_union_ns
-from analytics.cold_path import JOB_SPANS_SCHEMA, fetch_job_spans
+from analytics.cold_path import (
+    JOB_SPANS_SCHEMA,
+    JOBS_SCHEMA,
+    fetch_job_spans,
+    jobs_from_raw,
+    jobs_reduction_sql,
+    jobs_sql,
+)
 from analytics.conventions import Conventions
 from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_llm_calls
 from analytics.hot_path import latency_good_total as raw_good_total
@@ -99,7 +106,7 @@ from analytics.summary_tables import (
     WORKFLOW_SPANS_TABLE,
 )
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
-from collectors import TRACES_TABLE, distributed_parts
+from collectors import TRACES_TABLE, distributed_parts, inspect_traces
 from storage import Lease, Store, StoreError, as_utc, ensure_schema, quote_identifier
 
 __all__ = [
@@ -1060,6 +1067,29 @@ class SummaryInputs:
         return self._both(
             JOB_SPANS_TABLE, ", ".join(JOB_SPANS_SCHEMA), JOB_SPANS_SCHEMA, lambda r: r.job_spans
         )
+
+    def jobs(self, a: datetime, b: datetime) -> pl.DataFrame:
+        """One row per job enqueued in [a, b) (:data:`~analytics.cold_path.JOBS_SCHEMA`), reduced in
+        SQL from the stored job spans and the raw spans of the rest: only the jobs are read."""
+        stored, raw = _split([(a, b)], self.ranges)
+        columns = ", ".join(JOB_SPANS_SCHEMA)
+        parts, params = [], dict(self.conv.sql_parameters())
+        if stored:
+            where, ranges = _in_ranges(stored)
+            parts.append(f"SELECT {columns} FROM {self.store.table(JOB_SPANS_TABLE)} WHERE {where}")
+            params |= ranges
+        if raw:
+            raw_sql = inspect_traces(self.store).adapt(jobs_sql(self.store.table(TRACES_TABLE)))
+            for i, (x, y) in enumerate(raw):
+                sql = raw_sql.replace("{s:DateTime64(9)}", f"{{rs{i}:DateTime64(9)}}").replace(
+                    "{e:DateTime64(9)}", f"{{re{i}:DateTime64(9)}}"
+                )
+                parts.append(f"SELECT {columns} FROM ({sql})")
+                params |= {f"rs{i}": x, f"re{i}": y}
+        if not parts:
+            return empty(JOBS_SCHEMA)
+        frame = self.store.query_polars(jobs_reduction_sql(" UNION ALL ".join(parts)), params)
+        return jobs_from_raw(normalize(frame))
 
     @property
     def job_spans(self) -> pl.DataFrame:

@@ -37,6 +37,7 @@ from tests.analytics.builders import (
     dt,
     hot_request,
     scenario_abandonment_cliff,
+    scenario_cold_queues,
     scenario_flag_split,
     scenario_llm_regression,
     scenario_retries,
@@ -57,6 +58,9 @@ def _spans() -> list[SpanRow]:
     spans += [replace(s, start_ns=s.start_ns + offset) for s in cliff]
     spans += [replace(s, start_ns=s.start_ns + offset) for s in scenario_retries(runs=60).spans]
     spans += [replace(s, start_ns=s.start_ns + int(50 * S)) for s in scenario_retries(runs=40).spans]
+    # Jobs in both windows, some ready minutes after they were enqueued, some never.
+    spans += [replace(s, start_ns=s.start_ns + offset) for s in scenario_cold_queues(jobs=300).spans]
+    spans += [replace(s, start_ns=s.start_ns + int(50 * S)) for s in scenario_cold_queues(jobs=200).spans]
     flags = scenario_flag_split(requests=300).spans
     spans += [
         replace(
@@ -145,6 +149,9 @@ def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
     # The slices read only the flagged requests, the retries merge per-minute sums: the same
     # figures exactly.
     assert_frame_equal(got.slices, want.slices)
+    # The jobs reduced in SQL: the same jobs, so the same cold-path figures.
+    for name in ("cold_path", "cold_path_series", "cold_path_cdf"):
+        assert_frame_equal(got.frames[name], want.frames[name], check_exact=False, rel_tol=1e-12)
     assert_frame_equal(got.retry_hops, want.retry_hops, check_exact=False, rel_tol=1e-12)
     assert_frame_equal(got.retry_amplification, want.retry_amplification, check_exact=False, rel_tol=1e-12)
     # The attribution: the p99s within the bound, the counts exact, the same verdicts (its tail
@@ -197,6 +204,7 @@ def test_a_long_window_merged_from_aggregates_equals_the_full_recompute(store: S
         and (want.boundary["sync_llm_calls_per_request"] > 0).any()
     )
     assert want.slices.height >= 2
+    assert want.cold_path["pending"].sum() > 0 and want.cold_path["baseline_jobs"].sum() > 0
     assert want.retry_amplification["runs"].sum() > 0 and want.retry_amplification["baseline_runs"].sum() > 0
     assert_aggregated_equal(got, want)
     # Whole minutes too, and a window holding the release.
