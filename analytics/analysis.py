@@ -104,6 +104,7 @@ from analytics.retries import (
 from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
 from analytics.summaries import SummaryInputs, step_requests, summarised_inputs, summary_extent
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
+from analytics.what_if import WHAT_IF_CALLS_SCHEMA, WHAT_IF_SCHEMA, what_if
 from storage import Store, iso_z
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
@@ -127,6 +128,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "boundary": BOUNDARY_SCHEMA,
     "boundary_releases": BOUNDARY_RELEASES_SCHEMA,
     "slices": SLICES_SCHEMA,
+    "what_if": WHAT_IF_SCHEMA,
 }
 
 # The JSON of the boundary and of each slice variant (docs/analytics.md; the frames hold more).
@@ -228,6 +230,7 @@ class Analysis:
         default_factory=lambda: pl.DataFrame(schema=BOUNDARY_RELEASES_SCHEMA)
     )
     slices: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=SLICES_SCHEMA))
+    what_if: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=WHAT_IF_SCHEMA))
     bucket_ms: int = 500
     run_id: str = ""
 
@@ -392,6 +395,7 @@ class Analysis:
                 for row in _records(self.boundary, BOUNDARY_KEYS)
             ],
             "slices": slices_out,
+            "what_if": _records(self.what_if, list(WHAT_IF_SCHEMA)),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -547,6 +551,7 @@ def analyze(
         requests = with_sync_llm_calls(rows, every_call)
         calls = calls_in_windows(every_call, windows)
         sync_calls = every_call.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns", "sync")
+        what_if_calls = every_call.filter(pl.col("sync")).select(list(WHAT_IF_CALLS_SCHEMA))
         del every_call
         del rows
 
@@ -580,6 +585,16 @@ def analyze(
         del sync_calls
         attribution, attribution_spans, causes, walked = walk_f.result()
         current = with_critical_path(current, walked, conv)
+        since = _what_if_since(windows, conv)
+        recent = requests.filter((pl.col("window") == "current") & (pl.col("start") >= since))
+        what_if_rows = what_if(
+            current.join(recent.select("trace_key"), on="trace_key", how="semi", maintain_order="left"),
+            what_if_calls,
+            buckets_summary,
+            (windows.end - since).total_seconds(),
+            conv,
+        )
+        del what_if_calls
         boundary_rows, boundary_releases = boundary(
             current,
             buckets_summary,
@@ -618,6 +633,7 @@ def analyze(
             boundary_rows=boundary_rows,
             boundary_releases=boundary_releases,
             slice_rows=slice_rows,
+            what_if_rows=what_if_rows,
             conv=conv,
         ),
     )
@@ -642,6 +658,7 @@ def _frames(
     boundary_rows: pl.DataFrame,
     boundary_releases: pl.DataFrame,
     slice_rows: pl.DataFrame,
+    what_if_rows: pl.DataFrame,
     conv: Conventions,
 ) -> dict[str, pl.DataFrame]:
     return dict(
@@ -663,7 +680,14 @@ def _frames(
         boundary=boundary_rows,
         boundary_releases=boundary_releases,
         slices=slice_rows,
+        what_if=what_if_rows,
     )
+
+
+def _what_if_since(windows: Windows, conv: Conventions) -> datetime:
+    """Where the what-if options' requests start: the window's most recent ``exact_horizon``
+    (they are simulated from request and call rows, which a long window does not read)."""
+    return max(windows.start, windows.end - conv.exact_horizon)
 
 
 def _analysis(windows: Windows, conv: Conventions, frames: dict[str, pl.DataFrame]) -> Analysis:
@@ -854,6 +878,24 @@ class _FromSummaries:
         # A slice is the requests of its variant's traces: a long window reads only those.
         requests = self.inputs.flagged_requests() if self._aggregated else self._current
         return slices(requests, self.inputs.evaluations, self._jobs[0], self.conv)
+
+    @cached_property
+    def what_if(self) -> pl.DataFrame:
+        # From request and call rows over the most recent exact_horizon: a long window's older
+        # minutes are in the aggregates only, which keep no call.
+        w = self.windows
+        since = _what_if_since(w, self.conv)
+        if self._aggregated:
+            rows = self.inputs.requests_between(since, w.end).with_columns(pl.lit("current").alias("window"))
+            no_calls = pl.DataFrame(schema={"trace_key": pl.UInt64, "start_ns": pl.Int64, "end_ns": pl.Int64})
+            current = counterfactual(rows, no_calls, self._attribution[3], self.conv)
+        else:
+            recent = self.inputs.requests.filter(
+                (pl.col("window") == "current") & (pl.col("start") >= since)
+            ).select("trace_key")
+            current = self._current.join(recent, on="trace_key", how="semi", maintain_order="left")
+        calls = self.inputs.sync_calls(since, w.end + self.conv.trace_margin)
+        return what_if(current, calls, self._buckets[1], (w.end - since).total_seconds(), self.conv)
 
     @cached_property
     def cold_path(self) -> pl.DataFrame:

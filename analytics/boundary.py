@@ -45,6 +45,7 @@ __all__ = [
     "budget_for",
     "counterfactual",
     "sync_llm_union_ns",
+    "union_ns_per_row",
     "with_critical_path",
 ]
 
@@ -129,9 +130,16 @@ def sync_llm_union_ns(requests: pl.DataFrame, calls: pl.DataFrame) -> np.ndarray
     )
     if hits.is_empty():
         return out
-    row = hits["row"].to_numpy()
-    s = hits["s"].to_numpy()
-    e = hits["e"].to_numpy()
+    return union_ns_per_row(
+        hits["row"].to_numpy(), hits["s"].to_numpy(), hits["e"].to_numpy(), requests.height
+    )
+
+
+def union_ns_per_row(row: np.ndarray, s: np.ndarray, e: np.ndarray, rows: int) -> np.ndarray:
+    """Per row index in ``[0, rows)``: the nanoseconds covered by the union of its intervals
+    ``[s, e)`` (int64 arrays sorted by ``row`` then ``s``). Pure."""
+    if row.size == 0:
+        return np.zeros(rows, dtype=np.float64)
     # The latest end of the request's earlier intervals (sorted by start): a segmented prefix max,
     # by doubling — a request has a handful of calls, so a few vector passes instead of a window
     # function over hundreds of thousands of tiny groups.
@@ -148,7 +156,7 @@ def sync_llm_union_ns(requests: pl.DataFrame, calls: pl.DataFrame) -> np.ndarray
         covered[step:] = np.maximum(covered[step:], shifted)
         step *= 2
     added = np.clip(e - np.maximum(s, covered), 0, None)
-    return np.bincount(row, weights=added.astype(np.float64), minlength=requests.height)
+    return np.bincount(row, weights=added.astype(np.float64), minlength=rows)
 
 
 def counterfactual(

@@ -197,6 +197,12 @@ class Conventions:
     # What each synchronous model call would cost instead when moved off the hot path (e.g. a warm
     # cache's lookup p50): added per call removed in the counterfactual.
     sync_llm_replacement_ms: float = 0.0
+    # The what-if options (analytics.what_if): the fallback a timed-out call is cut to costs this
+    # much (a cache read's time); hedge and timeout delays tried beside each model's own p95; the
+    # seed of the draws from the observed call latencies.
+    what_if_fallback_ms: float = 50.0
+    what_if_delays_ms: tuple[float, ...] = ()
+    what_if_seed: int = 0
 
     # --- slices (analytics.slices) ---------------------------------------------------------
     # OpenTelemetry feature flags: the flag key and variant as attributes of a span of the request's
@@ -254,6 +260,19 @@ class Conventions:
             ) from None
         object.__setattr__(self, "provider_aliases", pairs)
         object.__setattr__(self, "latency_budgets", _budgets(self.latency_budgets))
+        try:
+            # Milliseconds as numbers, or durations in the one grammar ("2s", "1500ms").
+            delays = tuple(
+                parse_duration(d).total_seconds() * 1000.0 if isinstance(d, str) else float(d)
+                for d in self.what_if_delays_ms
+            )
+        except (TypeError, ValueError):
+            raise ConventionsError(
+                "conventions: what_if_delays_ms takes a list of milliseconds, e.g. [1000, 2000]"
+            ) from None
+        if any(not math.isfinite(d) or d <= 0 for d in delays):
+            raise ConventionsError(f"conventions: what_if_delays_ms must be positive, got {list(delays)}")
+        object.__setattr__(self, "what_if_delays_ms", delays)
         _positive = (
             "min_release_requests",
             "release_step_requests",
@@ -287,6 +306,7 @@ class Conventions:
             "attribution_min_requests",
             "sync_llm_replacement_ms",
             "slice_min_abandonment_delta",
+            "what_if_fallback_ms",
         ):
             if getattr(self, name) < 0:
                 raise ConventionsError(f"conventions: {name} must not be negative")

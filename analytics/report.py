@@ -301,6 +301,49 @@ def _boundary(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _what_if(data: dict[str, Any]) -> list[str]:
+    """Per hot operation each simulated option: its p99 against the budget and its price."""
+    out: list[str] = []
+    out += ["WHAT IF (latency ms; each option simulated per request on the most recent exact horizon)"]
+    rows = data.get("what_if", [])
+    out += _table(
+        [
+            "service",
+            "operation",
+            "option",
+            "parameter",
+            "requests",
+            "p99",
+            "Δp99",
+            "budget",
+            "over/day",
+            "extra calls",
+            "extra tokens",
+            "extra cost/day",
+        ],
+        [
+            [
+                r["service"],
+                r["operation"],
+                r["option"],
+                r["parameter"],
+                _fmt(r["requests"]),
+                _fmt(r["p99_ms"]),
+                _fmt(r["p99_delta_ms"]),
+                _fmt(r["budget_ms"], 0),
+                _fmt(r["requests_over_budget"], 0),
+                _percent(r["extra_calls_ratio"]),
+                _percent(r["extra_tokens_ratio"]),
+                _fmt(r["extra_cost_per_day"], 2),
+            ]
+            for r in rows
+        ],
+    )
+    assumptions = dict.fromkeys(f"{r['option']}: {r['assumption']}" for r in rows if r["assumption"])
+    out += [f"  - {line}" for line in assumptions]
+    return out
+
+
 def _percent(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.1f}%"
 
@@ -348,7 +391,17 @@ def _slices(data: dict[str, Any]) -> list[str]:
     return out
 
 
-_SECTIONS = (_hot_path, _boundary, _slices, _cold_path, _abandonment, _retries, _llm_calls, _attribution)
+_SECTIONS = (
+    _hot_path,
+    _boundary,
+    _what_if,
+    _slices,
+    _cold_path,
+    _abandonment,
+    _retries,
+    _llm_calls,
+    _attribution,
+)
 
 
 def render_table(data: dict[str, Any]) -> str:

@@ -1193,6 +1193,42 @@ class SummaryInputs:
         stored_rows = _cast(_read(self.store, REQUESTS_TABLE, columns, stored), STORED_REQUESTS_SCHEMA)
         return pl.concat([stored_rows, *self._extracted_requests(raw)])
 
+    def requests_between(self, a: datetime, b: datetime) -> pl.DataFrame:
+        """The request rows (:data:`STORED_REQUESTS_SCHEMA`) starting in [a, b): stored rows where
+        summarised, reduced raw rows elsewhere."""
+        return self._rows_of([(a, b)])
+
+    def sync_calls(self, a: datetime, b: datetime) -> pl.DataFrame:
+        """The synchronous logical LLM calls starting in [a, b) (``trace_key``, ``provider``,
+        ``model``, ``start_ns``, ``end_ns``, ``tokens``): stored rows where summarised, reduced
+        raw rows elsewhere."""
+        schema = {
+            k: STORED_CALLS_SCHEMA[k]
+            for k in ("trace_key", "provider", "model", "start_ns", "end_ns", "tokens")
+        }
+        stored, raw = _split([(a, b)], self.ranges)
+        frames = [empty(schema)]
+        if stored:
+            where, params = _in_ranges(stored)
+            frames.append(
+                _cast(
+                    normalize(
+                        self.store.query_polars(
+                            f"SELECT {', '.join(schema)} FROM {self.store.table(CALLS_TABLE)} "
+                            f"WHERE {where} AND sync {_DICTIONARIES}",
+                            params,
+                        )
+                    ),
+                    schema,
+                )
+            )
+        for part in self.extracted:
+            for lo, hi in raw:
+                if hi > part.lo and lo < part.hi:
+                    inside = self._between(pl.col("start_ns"), max(lo, part.lo), min(hi, part.hi))
+                    frames.append(_cast(part.calls.filter(pl.col("sync") & inside), schema))
+        return pl.concat(frames)
+
     def _extracted_requests(
         self, ranges: list[tuple[datetime, datetime]], keep: pl.Expr | None = None
     ) -> list[pl.DataFrame]:

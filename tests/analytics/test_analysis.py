@@ -477,6 +477,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "llm_calls",
         "boundary",
         "slices",
+        "what_if",
     }
     assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
     assert data["window"]["start"] == "2026-11-02T08:00:00Z"
@@ -536,6 +537,14 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
             "sampled_requests", "effective_sample_size", "p99_warning",
         }  # fmt: skip
         assert b["reasons"] and all(isinstance(r, str) for r in b["reasons"])
+    assert data["what_if"], "no what-if option for the operations with synchronous model calls"
+    for w in data["what_if"]:
+        assert set(w) == {
+            "service", "operation", "option", "parameter", "requests", "budget_ms", "p99_ms",
+            "p99_delta_ms", "requests_over_budget", "extra_calls_ratio", "extra_tokens_ratio",
+            "extra_cost_per_day", "assumption",
+        }  # fmt: skip
+        assert w["extra_cost_per_day"] is None and w["assumption"]
     [flag] = data["slices"]
     assert set(flag) == {"service", "operation", "flag", "control", "variants"}
     for variant in flag["variants"]:

@@ -1,0 +1,326 @@
+"""What-if options per hot operation: what a hedge, a timeout with a fallback, another model or moving
+the calls off the hot path would do to p99, and at what price — simulated per request from its own
+spans (Polars and numpy, pure).
+
+Each request keeps its other time; only its synchronous model calls change:
+
+* ``hedge`` at delay T (default: the call's provider/model p95 over the rows read; also each of
+  ``Conventions.what_if_delays_ms``): a call of latency X₁ becomes min(X₁, T + X₂), X₂ drawn from
+  the same provider/model's observed synchronous call latencies. Each call over T sends a second
+  request: extra calls are exactly those over T.
+* ``timeout_fallback`` at T (the same delays): a call over T becomes T + F, F =
+  ``what_if_fallback_ms`` (50 ms, a cache read), no extra call.
+* ``route_model`` to each other provider/model seen on the operation's synchronous calls: the
+  operation's calls of any other model take latencies drawn from that model's observed
+  distribution (its calls of that model are kept).
+* ``move_off_hot_path``: the boundary's counterfactual (:func:`analytics.boundary.counterfactual`),
+  read as it is.
+
+**A request's new latency** = duration − (its calls' union) + (the new calls' union), where the
+union is that of :func:`analytics.boundary.sync_llm_union_ns` and, the new one, is approximated:
+each call keeps its start but is moved by the change of the calls of its request that ended before
+it started (they are taken to precede it: sequential calls stay sequential, concurrent ones stay
+concurrent), and ends at its moved start + its new latency. The change is bounded below by the
+request's LLM time on the critical path (``sync_llm_ms`` of the counterfactual: for the walked tail
+traces, less than the union when a call runs beside longer internal work): a request is never made
+shorter than without its calls.
+
+**Draws**: the pool of a provider/model is its observed synchronous call latencies in milliseconds
+(over the requests simulated, every operation), sorted; each draw is a fresh
+``numpy.random.default_rng(what_if_seed)`` taking ``pool[rng.integers(0, len(pool), size=n)]`` for
+the operation's calls ordered by (start, end, trace key): for a hedge, one draw per provider/model
+over its calls (used by those over T); for ``route_model``, one draw over all the operation's calls
+(used by those of other models). Independent draws: a slow moment of a provider is not repeated in
+its second request.
+
+**Figures** per (service, operation, option, parameter): ``p99_ms`` of the new latencies (weighted
+when sampled, as the boundary), ``p99_delta_ms`` against the same requests' p99, requests at or over
+the budget (:func:`analytics.boundary.budget_for`) per day, ``extra_calls_ratio`` (extra model
+requests / synchronous calls), ``extra_tokens_ratio`` (hedge: each call over T is charged its tokens
+again — the second request sends the same input and is assumed to run to its end; the store keeps
+one token total per call, so the input-only lower bound cannot be told apart), and
+``extra_cost_per_day`` (null: there is no price table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import polars as pl
+
+from analytics._common import empty
+from analytics.boundary import _count_over, _p99, _weights, budget_for, union_ns_per_row
+from analytics.conventions import Conventions
+
+__all__ = ["WHAT_IF_CALLS_SCHEMA", "WHAT_IF_SCHEMA", "WhatIfOption", "what_if"]
+
+WhatIfOption = Literal["hedge", "timeout_fallback", "route_model", "move_off_hot_path"]
+
+WHAT_IF_SCHEMA: dict[str, Any] = {
+    "service": pl.String,
+    "operation": pl.String,
+    "option": pl.String,  # WhatIfOption
+    "parameter": pl.String,  # "T=p95", "T=2000ms", "T=p95 F=50ms", "openai/gpt-4o-mini", ...
+    "requests": pl.Int64,  # the requests simulated (the most recent exact_horizon of the window)
+    "budget_ms": pl.Float64,  # null when none
+    "p99_ms": pl.Float64,
+    "p99_delta_ms": pl.Float64,  # against the same requests' p99
+    "requests_over_budget": pl.Float64,  # per day; null without a budget
+    "extra_calls_ratio": pl.Float64,
+    "extra_tokens_ratio": pl.Float64,  # null when the calls report no tokens
+    "extra_cost_per_day": pl.Float64,  # null: no price table
+    "assumption": pl.String,
+}
+
+# The synchronous logical calls of the requests simulated (analytics.llm_calls.logical_calls).
+WHAT_IF_CALLS_SCHEMA: dict[str, Any] = {
+    "trace_key": pl.UInt64,
+    "provider": pl.String,
+    "model": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "tokens": pl.Int64,
+}
+
+_INDEPENDENT = "independent draws from the same window"
+
+
+def _pools(calls: pl.DataFrame) -> dict[str, np.ndarray]:
+    """Each provider/model's observed call latencies (ms), sorted."""
+    out: dict[str, np.ndarray] = {}
+    for (key,), part in calls.group_by("_model"):
+        out[str(key)] = np.sort(part["_latency_ms"].to_numpy())
+    return out
+
+
+def _draws(calls: pl.DataFrame, pools: dict[str, np.ndarray], key_of: pl.Series, seed: int) -> np.ndarray:
+    """Per call (rows of ``calls``, already in draw order): a latency drawn from the pool of the
+    model ``key_of`` names for it; one fresh generator per model, the calls in their order."""
+    out = np.full(calls.height, np.nan)
+    keys = key_of.to_numpy()
+    for key in sorted(set(keys.tolist())):
+        at = np.flatnonzero(keys == key)
+        pool = pools.get(key)
+        if pool is None or pool.size == 0:
+            continue
+        rng = np.random.default_rng(seed)
+        out[at] = pool[rng.integers(0, pool.size, size=at.size)]
+    return out
+
+
+def _new_latency(requests: pl.DataFrame, calls: pl.DataFrame, new_ms: np.ndarray) -> np.ndarray:
+    """Per request (rows of ``requests``): its duration with each of its calls (rows of ``calls``,
+    ``_row`` the request's index) lasting ``new_ms`` instead — see the module docstring."""
+    duration = requests["duration_ms"].to_numpy()
+    if calls.is_empty():
+        return duration.copy()
+    start = calls["start_ns"].to_numpy()
+    end = calls["end_ns"].to_numpy()
+    old_ns = end - start
+    change_ns = np.round(new_ms * 1e6).astype(np.int64) - old_ns
+    frame = pl.DataFrame(
+        {"i": np.arange(calls.height), "row": calls["_row"], "s": start, "e": end, "d": change_ns}
+    )
+    # The calls of the request that ended before this one started move it by their change.
+    ended = (
+        frame.sort("row", "e").select("row", "e", pl.col("d").cum_sum().over("row").alias("moved")).sort("e")
+    )
+    shift = (
+        frame.sort("s")
+        .join_asof(ended, left_on="s", right_on="e", by="row", strategy="backward", check_sortedness=False)
+        .sort("i")["moved"]
+        .fill_null(0)
+        .to_numpy()
+    )
+    row = calls["_row"].to_numpy()
+    new_s = start + shift
+    new_e = new_s + old_ns + change_ns
+    n = requests.height
+
+    def union(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        order = np.lexsort((s, row))
+        return union_ns_per_row(row[order], s[order], e[order], n)
+
+    delta_ms = (union(new_s, new_e) - union(start, end)) / 1e6
+    floor = -requests["sync_llm_ms"].to_numpy()
+    return duration + np.maximum(delta_ms, floor)
+
+
+@dataclass(frozen=True)
+class _Operation:
+    """One operation's figures every option's row repeats or is measured against."""
+
+    service: str
+    operation: str
+    requests: int
+    budget: float | None
+    weights: np.ndarray | None  # per request, None when every request stands for itself
+    call_weights: np.ndarray  # per call, its request's weight
+    p99_now: float
+    per_day: float
+
+
+def _row(
+    op: _Operation,
+    option: WhatIfOption,
+    parameter: str,
+    new_latency: np.ndarray,
+    extra_calls: np.ndarray | None,
+    extra_tokens: float | None,
+    assumption: str,
+) -> dict[str, Any]:
+    p99 = _p99(new_latency, op.weights)
+    over = None if op.budget is None else _count_over(new_latency, op.budget, op.weights) * op.per_day
+    w = op.call_weights
+    return {
+        "service": op.service,
+        "operation": op.operation,
+        "option": option,
+        "parameter": parameter,
+        "requests": op.requests,
+        "budget_ms": op.budget,
+        "p99_ms": p99,
+        "p99_delta_ms": p99 - op.p99_now,
+        "requests_over_budget": over,
+        "extra_calls_ratio": 0.0 if extra_calls is None else float((w * extra_calls).sum() / w.sum()),
+        "extra_tokens_ratio": extra_tokens,
+        "extra_cost_per_day": None,
+        "assumption": assumption,
+    }
+
+
+def what_if(
+    requests: pl.DataFrame,
+    calls: pl.DataFrame,
+    abandonment_summary: pl.DataFrame,
+    seconds: float,
+    conventions: Conventions,
+) -> pl.DataFrame:
+    """:data:`WHAT_IF_SCHEMA` rows from the :func:`analytics.boundary.counterfactual` requests
+    simulated (those of the window's most recent ``exact_horizon``), their synchronous calls
+    (:data:`WHAT_IF_CALLS_SCHEMA`), the abandonment summary (cliffs, for the budgets) and the
+    length of time the requests cover. Operations without a synchronous call get no row. Pure."""
+    if requests.is_empty() or calls.is_empty() or seconds <= 0:
+        return empty(WHAT_IF_SCHEMA)
+    conv = conventions
+    per_day = 86400.0 / seconds
+    cliffs = {
+        (str(s), str(o)): c
+        for s, o, c in abandonment_summary.select("service", "operation", "cliff_ms").rows()
+    }
+    requests = requests.with_columns(pl.col("weight").fill_null(1.0))
+    every_call = (
+        calls.join(
+            requests.select("trace_key", "service", "operation", "weight"),
+            on="trace_key",
+            how="inner",
+            maintain_order="left",
+        )
+        .with_columns(
+            ((pl.col("end_ns") - pl.col("start_ns")) / 1e6).alias("_latency_ms"),
+            pl.concat_str(
+                pl.col("provider").cast(pl.String).fill_null(""),
+                pl.lit("/"),
+                pl.col("model").cast(pl.String).fill_null(""),
+            ).alias("_model"),
+        )
+        .sort("start_ns", "end_ns", "trace_key")
+    )
+    pools = _pools(every_call)
+    p95 = {key: float(np.quantile(pool, 0.95, method="linear")) for key, pool in pools.items()}
+    rows: list[dict[str, Any]] = []
+    for (service, operation), group in sorted(
+        requests.partition_by("service", "operation", as_dict=True).items(), key=lambda kv: kv[0]
+    ):
+        service, operation = str(service), str(operation)
+        group = group.with_row_index("_row")
+        op_calls = every_call.filter(
+            (pl.col("service") == service) & (pl.col("operation") == operation)
+        ).join(group.select("trace_key", "_row"), on="trace_key", how="inner", maintain_order="left")
+        if op_calls.is_empty():
+            continue
+        weights = _weights(group)
+        call_w = op_calls["weight"].to_numpy()
+        latency = op_calls["_latency_ms"].to_numpy()
+        tokens = op_calls["tokens"].fill_null(0).to_numpy().astype(np.float64)
+        total_tokens = float((tokens * call_w).sum())
+        budget, _ = budget_for(service, operation, cliffs.get((service, operation)), conv)
+        p99_now = _p99(group["duration_ms"].to_numpy(), weights)
+        models = op_calls["_model"]
+
+        op = _Operation(
+            service, operation, group.height, budget, weights, op_calls["weight"].to_numpy(), p99_now, per_day
+        )
+
+        # Delays: each call's own model p95, then the configured ones.
+        delays: list[tuple[str, np.ndarray]] = [
+            ("T=p95", np.array([p95[m] for m in models.to_list()], dtype=np.float64))
+        ]
+        delays += [(f"T={d:g}ms", np.full(op_calls.height, d)) for d in conv.what_if_delays_ms]
+        for label, delay in delays:
+            over_t = latency > delay
+            second = _draws(op_calls, pools, models, conv.what_if_seed)
+            hedged = np.where(over_t, np.minimum(latency, delay + second), latency)
+            rows.append(
+                _row(
+                    op,
+                    "hedge",
+                    label,
+                    _new_latency(group, op_calls, hedged),
+                    over_t.astype(np.float64),
+                    None if total_tokens == 0 else float((tokens * call_w * over_t).sum()) / total_tokens,
+                    f"second request at T, {_INDEPENDENT}; each hedged call's tokens paid twice; "
+                    "no extra 429s",
+                )
+            )
+            fallback = np.where(over_t, delay + conv.what_if_fallback_ms, latency)
+            rows.append(
+                _row(
+                    op,
+                    "timeout_fallback",
+                    f"{label} F={conv.what_if_fallback_ms:g}ms",
+                    _new_latency(group, op_calls, fallback),
+                    None,
+                    0.0,
+                    f"calls over T answered by a fallback (a cache read) of "
+                    f"{conv.what_if_fallback_ms:g} ms; its answer is good enough",
+                )
+            )
+        seen = sorted(set(models.to_list()))
+        if len(seen) > 1:
+            for target in seen:
+                routed = np.where(
+                    (models == target).to_numpy(),
+                    latency,
+                    _draws(op_calls, pools, pl.Series([target] * op_calls.height), conv.what_if_seed),
+                )
+                rows.append(
+                    _row(
+                        op,
+                        "route_model",
+                        target,
+                        _new_latency(group, op_calls, routed),
+                        None,
+                        0.0,
+                        f"every other model's calls take {target}'s latency ({_INDEPENDENT}); "
+                        "same tokens, same answers",
+                    )
+                )
+        without = group["without_sync_llm_ms"].to_numpy()
+        rows.append(
+            _row(
+                op,
+                "move_off_hot_path",
+                f"replacement={conv.sync_llm_replacement_ms:g}ms",
+                without,
+                None,
+                0.0,
+                "the boundary's counterfactual: the calls run off the request, each replaced by "
+                f"{conv.sync_llm_replacement_ms:g} ms",
+            )
+        )
+    if not rows:
+        return empty(WHAT_IF_SCHEMA)
+    return pl.DataFrame(rows, schema=WHAT_IF_SCHEMA)

@@ -1,0 +1,206 @@
+"""The what-if options against a known truth: heavy-tailed (lognormal) model calls behind a fixed
+internal time, some requests calling twice in a row, a second model on a share of the requests.
+
+The expected figures are computed here from the spans the builder made, with this file's own code:
+the calls of a request run back to back after its internal work and the root ends with the last
+one, so each request's new latency is its duration minus its calls' latencies plus their new ones.
+The draws follow the rule docs/analytics.md states (a fresh ``default_rng(what_if_seed)`` per
+provider/model, the pool its sorted observed latencies, the calls in start order)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+from polars.testing import assert_frame_equal
+
+from analytics import Conventions, analyze, build_summaries, render_table
+from collectors.spans import SpanRow, insert_spans
+from storage import Store
+from tests.analytics.builders import MS, at, dt, hot_request
+
+SERVICE, OPERATION = "answers", "POST /answer"
+INTERNAL_MS = 300.0
+BUDGET_MS = 1500.0
+MAIN, SECOND = "openai/gpt-4o", "openai/gpt-4o-mini"
+WINDOW_S = 3600.0
+
+
+@dataclass(frozen=True)
+class Call:
+    start_ns: int
+    end_ns: int
+    model: str
+
+    @property
+    def ms(self) -> float:
+        return (self.end_ns - self.start_ns) / MS
+
+
+@dataclass(frozen=True)
+class Request:
+    start_ns: int
+    duration_ms: float
+    calls: tuple[Call, ...]
+
+
+def _spans(requests: int = 1500, seed: int = 37) -> list[SpanRow]:
+    """An hour of requests, one every 2.4 s: 300 ms of internal work, then one (or, one in five,
+    two) lognormal model calls — gpt-4o heavy-tailed, gpt-4o-mini on one request in four, faster."""
+    rng = np.random.default_rng(seed)
+    spans: list[SpanRow] = []
+    step_s = WINDOW_S / requests
+    for i in range(requests):
+        mini = i % 4 == 3
+        calls = 2 if i % 5 == 0 else 1
+        if mini:
+            llm = rng.lognormal(math.log(250.0), 0.5, size=calls)
+        else:
+            llm = rng.lognormal(math.log(500.0), 0.9, size=calls)
+        spans += hot_request(
+            SERVICE,
+            OPERATION,
+            at(i * step_s + 0.5),
+            0.0,
+            llm_ms=[round(float(x), 3) for x in llm],
+            internal=[("retrieve", INTERNAL_MS)],
+            model="gpt-4o-mini" if mini else "gpt-4o",
+        )
+    return spans
+
+
+def _requests(spans: list[SpanRow], since_ns: int) -> list[Request]:
+    """The requests starting at or after ``since_ns`` and their model calls, read off the spans."""
+    roots = {s.span_id: s for s in spans if s.parent_span_id in ("", None)}
+    calls: dict[str, list[Call]] = defaultdict(list)
+    for s in spans:
+        system = s.attributes.get("gen_ai.provider.name")
+        if s.parent_span_id in roots and system is not None:
+            model = f"{system}/{s.attributes['gen_ai.request.model']}"
+            calls[s.parent_span_id].append(Call(s.start_ns, s.start_ns + s.duration_ns, model))
+    return [
+        Request(r.start_ns, r.duration_ns / MS, tuple(sorted(calls[r.span_id], key=lambda c: c.start_ns)))
+        for r in roots.values()
+        if r.start_ns >= since_ns
+    ]
+
+
+def _p99(values: list[float]) -> float:
+    return float(np.quantile(np.array(values), 0.99, method="linear"))
+
+
+def _draw_pools(requests: list[Request]) -> tuple[list[Call], dict[str, np.ndarray]]:
+    ordered = sorted((c for r in requests for c in r.calls), key=lambda c: (c.start_ns, c.end_ns))
+    pools: dict[str, list[float]] = defaultdict(list)
+    for c in ordered:
+        pools[c.model].append(c.ms)
+    return ordered, {m: np.sort(np.array(v)) for m, v in pools.items()}
+
+
+def _expected(requests: list[Request], conv: Conventions) -> dict[tuple[str, str], dict[str, float]]:
+    """(option, parameter) → p99, requests over budget a day, extra calls ratio, from the spans."""
+    ordered, pools = _draw_pools(requests)
+    per_day = 86400.0 / min(WINDOW_S, conv.exact_horizon.total_seconds())
+    p95 = {m: float(np.quantile(pool, 0.95, method="linear")) for m, pool in pools.items()}
+
+    def draws(source: str, calls: list[Call]) -> dict[Call, float]:
+        pool = pools[source]
+        picked = pool[np.random.default_rng(conv.what_if_seed).integers(0, pool.size, size=len(calls))]
+        return dict(zip(calls, picked.tolist(), strict=True))
+
+    second: dict[Call, float] = {}
+    for model in pools:
+        second.update(draws(model, [c for c in ordered if c.model == model]))
+
+    def figures(new: dict[Call, float], extra: int = 0) -> dict[str, float]:
+        latency = [r.duration_ms + sum(new[c] - c.ms for c in r.calls) for r in requests]
+        return {
+            "p99": _p99(latency),
+            "over": sum(v >= BUDGET_MS for v in latency) * per_day,
+            "extra_calls": extra / len(ordered),
+        }
+
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for label, delay in [("T=p95", None), *((f"T={d:g}ms", d) for d in conv.what_if_delays_ms)]:
+        t = {c: p95[c.model] if delay is None else delay for c in ordered}
+        over_t = [c for c in ordered if c.ms > t[c]]
+        out["hedge", label] = figures(
+            {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
+        )
+        f = conv.what_if_fallback_ms
+        out["timeout_fallback", f"{label} F={f:g}ms"] = figures(
+            {c: t[c] + f if c.ms > t[c] else c.ms for c in ordered}
+        )
+    for target in pools:
+        routed = draws(target, ordered)
+        out["route_model", target] = figures({c: c.ms if c.model == target else routed[c] for c in ordered})
+    out["move_off_hot_path", "replacement=0ms"] = figures(dict.fromkeys(ordered, 0.0))
+    return out
+
+
+def _check(analysis_rows: list[dict[str, Any]], requests: list[Request], conv: Conventions) -> None:
+    expected = _expected(requests, conv)
+    rows = {(r["option"], r["parameter"]): r for r in analysis_rows}
+    assert set(rows) == set(expected)
+    now = _p99([r.duration_ms for r in requests])
+    ordered, _ = _draw_pools(requests)
+    for key, want in expected.items():
+        got = rows[key]
+        assert (got["service"], got["operation"], got["requests"]) == (SERVICE, OPERATION, len(requests))
+        assert got["budget_ms"] == BUDGET_MS
+        # Span times are whole nanoseconds: the new latencies agree to a few of them.
+        assert got["p99_ms"] == pytest.approx(want["p99"], abs=1e-4), key
+        assert got["p99_delta_ms"] == pytest.approx(want["p99"] - now, abs=1e-4), key
+        assert got["requests_over_budget"] == pytest.approx(want["over"], rel=1e-12), key
+        if key[0] == "hedge":
+            # Exactly the calls over T send a second request.
+            assert got["extra_calls_ratio"] == want["extra_calls"], key
+            assert round(got["extra_calls_ratio"] * len(ordered)) == round(want["extra_calls"] * len(ordered))
+            # Every call here reports the same tokens (500 in, 200 out): the hedged ones pay them twice.
+            assert got["extra_tokens_ratio"] == pytest.approx(want["extra_calls"], rel=1e-12), key
+        else:
+            assert got["extra_calls_ratio"] == 0.0
+        assert got["extra_cost_per_day"] is None and got["assumption"]
+    # The options mean something on this data: hedging and cutting at p95 shorten the tail.
+    assert rows["hedge", "T=p95"]["p99_delta_ms"] < 0
+    assert rows["timeout_fallback", "T=p95 F=50ms"]["p99_delta_ms"] < 0
+
+
+def _conventions(**kwargs: Any) -> Conventions:
+    return Conventions(
+        latency_budgets=((SERVICE, OPERATION, BUDGET_MS),), what_if_delays_ms=(800.0, 1500.0), **kwargs
+    )
+
+
+def test_what_if_matches_the_per_request_rule(store: Store) -> None:
+    spans = _spans()
+    insert_spans(store, spans)
+    conv = _conventions()
+    analysis = analyze(store, dt(at(0)), dt(at(WINDOW_S)), use_summaries=False, conventions=conv)
+    data = json.loads(analysis.to_json())
+    _check(data["what_if"], _requests(spans, at(0)), conv)
+    assert "WHAT IF" in render_table(data) and "route_model" in render_table(data)
+    # The boundary's counterfactual is the same figure.
+    [boundary] = data["boundary"]
+    moved = [w for w in data["what_if"] if w["option"] == "move_off_hot_path"]
+    assert moved[0]["p99_ms"] == boundary["p99_without_sync_llm_ms"]
+
+
+def test_what_if_reads_the_most_recent_exact_horizon_from_summaries(store: Store) -> None:
+    spans = _spans()
+    insert_spans(store, spans)
+    # Two hours (the series in whole minutes: the long-window path), the spans in the second.
+    conv = _conventions(exact_horizon=timedelta(minutes=20))
+    start, end = dt(at(-WINDOW_S)), dt(at(WINDOW_S))
+    build_summaries(store, until=dt(at(2 * WINDOW_S)), conventions=conv)
+    summarised = analyze(store, start, end, conventions=conv)
+    full = analyze(store, start, end, use_summaries=False, conventions=conv)
+    since = at(WINDOW_S - conv.exact_horizon.total_seconds())
+    _check(json.loads(summarised.to_json())["what_if"], _requests(spans, since), conv)
+    assert_frame_equal(summarised.what_if, full.what_if)
