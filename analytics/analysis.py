@@ -104,7 +104,7 @@ from analytics.retries import (
 from analytics.slices import SLICES_SCHEMA, fetch_flag_evaluations, slices
 from analytics.summaries import SummaryInputs, step_requests, summarised_inputs, summary_extent
 from analytics.trace_spans import fetch_trace_spans, with_span_attributes
-from analytics.what_if import WHAT_IF_CALLS_SCHEMA, WHAT_IF_SCHEMA, what_if
+from analytics.what_if import WHAT_IF_CALLS_SCHEMA, WHAT_IF_SCHEMA, what_if, with_cheapest_option
 from storage import Store, iso_z
 
 __all__ = ["FRAME_SCHEMAS", "Analysis", "analyze"]
@@ -149,6 +149,7 @@ BOUNDARY_KEYS = [
     "sampled_requests",
     "effective_sample_size",
     "p99_warning",
+    "cheapest_option",
 ]
 SLICE_VARIANT_KEYS = [
     "variant",
@@ -603,6 +604,7 @@ def analyze(
             (windows.end - windows.start).total_seconds(),
             conv,
         )
+        boundary_rows = with_cheapest_option(boundary_rows, what_if_rows)
         evaluations = flags_f.result()
         jobs = jobs_f.result()
         baseline_jobs = baseline_jobs_f.result()
@@ -865,9 +867,9 @@ class _FromSummaries:
     def llm_calls(self) -> pl.DataFrame:
         return llm_calls_summary(self.inputs.calls)
 
-    @property
+    @cached_property
     def boundary(self) -> pl.DataFrame:
-        return self._boundary[0]
+        return with_cheapest_option(self._boundary[0], self.what_if)
 
     @property
     def boundary_releases(self) -> pl.DataFrame:

@@ -72,6 +72,9 @@ BOUNDARY_SCHEMA: dict[str, Any] = {
     "sampled_requests": pl.Int64,
     "effective_sample_size": pl.Float64,
     "p99_warning": pl.Boolean,
+    # The cheapest what-if option that brings the p99 under budget ("timeout_fallback T=p95
+    # F=50ms"), from analytics.what_if.with_cheapest_option; null when none does or none was asked.
+    "cheapest_option": pl.String,
 }
 
 BOUNDARY_RELEASES_SCHEMA: dict[str, Any] = {
@@ -506,6 +509,7 @@ def boundary_of(
                 "sampled_requests": sample.stored,
                 "effective_sample_size": n_eff,
                 "p99_warning": warning,
+                "cheapest_option": None,
             }
         )
     releases_frame = (

@@ -44,6 +44,7 @@ one token total per call, so the input-only lower bound cannot be told apart), a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,7 +55,7 @@ from analytics._common import empty
 from analytics.boundary import _count_over, _p99, _weights, budget_for, union_ns_per_row
 from analytics.conventions import Conventions
 
-__all__ = ["WHAT_IF_CALLS_SCHEMA", "WHAT_IF_SCHEMA", "WhatIfOption", "what_if"]
+__all__ = ["WHAT_IF_CALLS_SCHEMA", "WHAT_IF_SCHEMA", "WhatIfOption", "what_if", "with_cheapest_option"]
 
 WhatIfOption = Literal["hedge", "timeout_fallback", "route_model", "move_off_hot_path"]
 
@@ -324,3 +325,63 @@ def what_if(
     if not rows:
         return empty(WHAT_IF_SCHEMA)
     return pl.DataFrame(rows, schema=WHAT_IF_SCHEMA)
+
+
+# Without a price table, options of equal extra tokens and calls are ranked by what they take to
+# build: a timeout, another model, a hedge, then moving the calls off the request.
+_EFFORT: dict[str, int] = {"timeout_fallback": 0, "route_model": 1, "hedge": 2, "move_off_hot_path": 3}
+
+
+def with_cheapest_option(boundary: pl.DataFrame, options: pl.DataFrame) -> pl.DataFrame:
+    """The boundary rows (:data:`analytics.boundary.BOUNDARY_SCHEMA`) with, for each operation over
+    its budget, ``cheapest_option`` — of the :func:`what_if` rows whose p99 is under the budget, the
+    one with the fewest extra tokens, then extra calls, then the least to build, then the lowest
+    p99 — and a reason saying it (or that no option does). Pure."""
+    if boundary.is_empty() or options.is_empty():
+        return boundary
+    by_operation = {
+        (str(k[0]), str(k[1])): part
+        for k, part in options.partition_by("service", "operation", as_dict=True).items()
+    }
+    cheapest: list[str | None] = []
+    reasons: list[list[str]] = []
+    for row in boundary.iter_rows(named=True):
+        found = by_operation.get((row["service"], row["operation"]))
+        budget = row["budget_ms"]
+        reason = list(row["reasons"] or [])
+        if found is None or budget is None or row["recommendation"] in (None, "keep"):
+            cheapest.append(row["cheapest_option"])
+            reasons.append(reason)
+            continue
+        under = [r for r in found.iter_rows(named=True) if r["p99_ms"] < budget]
+        horizon = f"simulated on the last {found['requests'][0]:,} requests"
+        if not under:
+            cheapest.append(None)
+            best = min(found.iter_rows(named=True), key=lambda r: r["p99_ms"])
+            reason.append(
+                f"no what-if option brings p99 under budget ({horizon}); the closest, "
+                f"{best['option']} {best['parameter']}: p99 {best['p99_ms']:,.0f} ms"
+            )
+        else:
+            best = min(
+                under,
+                key=lambda r: (
+                    r["extra_tokens_ratio"] if r["extra_tokens_ratio"] is not None else math.inf,
+                    r["extra_calls_ratio"],
+                    _EFFORT.get(r["option"], len(_EFFORT)),
+                    r["p99_ms"],
+                ),
+            )
+            cheapest.append(f"{best['option']} {best['parameter']}")
+            tokens = best["extra_tokens_ratio"]
+            reason.append(
+                f"cheapest option under budget: {best['option']} {best['parameter']}, p99 "
+                f"{best['p99_ms']:,.0f} ms, {best['extra_calls_ratio']:+.1%} calls, "
+                + ("tokens unknown" if tokens is None else f"{tokens:+.1%} tokens")
+                + f" ({horizon})"
+            )
+        reasons.append(reason)
+    return boundary.with_columns(
+        pl.Series("cheapest_option", cheapest, dtype=pl.String),
+        pl.Series("reasons", reasons, dtype=pl.List(pl.String)),
+    )

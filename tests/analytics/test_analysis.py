@@ -534,7 +534,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
             "requests_over_budget", "requests_over_budget_per_day", "sync_llm_calls_per_request",
             "p99_without_sync_llm_ms",
             "requests_over_budget_without_sync_llm", "recommendation", "reasons",
-            "sampled_requests", "effective_sample_size", "p99_warning",
+            "sampled_requests", "effective_sample_size", "p99_warning", "cheapest_option",
         }  # fmt: skip
         assert b["reasons"] and all(isinstance(r, str) for r in b["reasons"])
     assert data["what_if"], "no what-if option for the operations with synchronous model calls"

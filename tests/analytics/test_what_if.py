@@ -190,6 +190,20 @@ def test_what_if_matches_the_per_request_rule(store: Store) -> None:
     [boundary] = data["boundary"]
     moved = [w for w in data["what_if"] if w["option"] == "move_off_hot_path"]
     assert moved[0]["p99_ms"] == boundary["p99_without_sync_llm_ms"]
+    # The recommendation names the cheapest option under budget: fewest extra tokens (a hedge pays
+    # its calls over T again), then calls, then the least to build, then the lowest p99.
+    effort = ["timeout_fallback", "route_model", "hedge", "move_off_hot_path"]
+    expected = _expected(_requests(spans, at(0)), conv)
+    under = [(k, v) for k, v in expected.items() if v["p99"] < BUDGET_MS]
+    (option, parameter), _ = min(
+        under,
+        key=lambda kv: (kv[1]["extra_calls"], kv[1]["extra_calls"], effort.index(kv[0][0]), kv[1]["p99"]),
+    )
+    assert boundary["recommendation"] == "move_off_hot_path"
+    assert boundary["cheapest_option"] == f"{option} {parameter}"
+    assert any(
+        r.startswith(f"cheapest option under budget: {option} {parameter}") for r in boundary["reasons"]
+    )
 
 
 def test_what_if_reads_the_most_recent_exact_horizon_from_summaries(store: Store) -> None:

@@ -287,6 +287,7 @@ def sample_analysis(hostile: bool = True) -> Analysis:
                 2000,
                 2000.0,
                 False,
+                "timeout_fallback T=p95 F=50ms",
             ),
             (
                 svc,
@@ -306,6 +307,7 @@ def sample_analysis(hostile: bool = True) -> Analysis:
                 1000,
                 1000.0,
                 False,
+                None,
             ),
         ],
         schema=FRAME_SCHEMAS["boundary"],
