@@ -8,6 +8,7 @@ Public surface::
     analysis.hot_path, analysis.attribution, ...   # Polars frames
     analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
+    drift_report(store, end)                       # architecture drift findings, 14 days by day
     run_id = persist_analysis(store, analysis)     # tailwatch_analysis_* tables
     build_summaries(store)                         # a job: later analyses read the summaries
 """
@@ -16,6 +17,7 @@ from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
+from analytics.drift import DriftFinding, drift_report
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
@@ -26,12 +28,14 @@ __all__ = [
     "AnalysisError",
     "Conventions",
     "ConventionsError",
+    "DriftFinding",
     "Recommendation",
     "SpanClass",
     "SummaryBuild",
     "Verdict",
     "analyze",
     "build_summaries",
+    "drift_report",
     "latency_good_total",
     "latest_analysis",
     "load_analysis",

@@ -242,6 +242,30 @@ class Conventions:
     # Summaries outlive the raw spans: a 30- or 90-day view keeps working after their TTL.
     summary_retention: timedelta = timedelta(days=90)
 
+    # --- architecture drift (analytics.drift) ---------------------------------------------
+    # The drift report reads raw spans by day over its own window (``--drift-days``), compares the
+    # first ``drift_edge_days`` days ("then") with the last ones ("now"), and names these findings.
+    drift_days: int = 14
+    drift_edge_days: int = 3
+    # A function is recognised by its span name and these attributes (the first non-empty wins; the
+    # namespace is prepended when the function name does not carry it).
+    code_function_attributes: tuple[str, ...] = ("code.function.name", "code.function")
+    code_namespace_attributes: tuple[str, ...] = ("code.namespace",)
+    # shared_operation: reached from hot requests and from jobs, its hot-path share rising from below
+    # this share "then" to at or above it "now"; at least ``drift_min_calls`` calls over the window.
+    drift_hot_share: float = 0.10
+    drift_min_calls: int = 50
+    # batch_shrinking: items per run (the first of these attributes on a run span) falling and runs
+    # per day climbing, each by at least this factor between then and now.
+    batch_size_attributes: tuple[str, ...] = ("messaging.batch.message_count",)
+    drift_batch_factor: float = 2.0
+    # queue_unbounded: the backlog (enqueued − completed, summed by day) grows over the last
+    # ``drift_edge_days`` days by more than this share of a day's enqueues, per day.
+    drift_backlog_growth: float = 0.05
+    # no_latency_target: a hot operation reaching a shared function, with at least this many requests
+    # over the window and no latency budget or latency_slo rule covering it.
+    drift_min_requests: int = 100
+
     # --- sampled data (docs/analytics.md, "Sampled data") ---------------------------------
     # A p99 of sampled requests is flagged (p99_warning) when fewer stored requests than this lie at
     # or above it: the figure then rests on a handful of spans, each standing for many requests.
@@ -285,6 +309,10 @@ class Conventions:
             "coupling_min_releases",
             "min_sampled_tail",
             "summary_chunk_spans",
+            "drift_days",
+            "drift_edge_days",
+            "drift_min_calls",
+            "drift_min_requests",
         )
         for name in _positive:
             if getattr(self, name) <= 0:
@@ -293,7 +321,22 @@ class Conventions:
             raise ConventionsError(
                 f"conventions: release_step_window must be positive, got {self.release_step_window}"
             )
-        for name in ("bootstrap_confidence", "tail_quantile", "attribution_dominance", "summary_walk_share"):
+        if self.drift_days < 2 * self.drift_edge_days:
+            raise ConventionsError(
+                f"conventions: drift_days ({self.drift_days}) must be at least twice drift_edge_days "
+                f"({self.drift_edge_days}): the report compares the first days with the last"
+            )
+        if self.drift_batch_factor <= 1.0:
+            raise ConventionsError(
+                f"conventions: drift_batch_factor must be above 1, got {self.drift_batch_factor}"
+            )
+        for name in (
+            "bootstrap_confidence",
+            "tail_quantile",
+            "attribution_dominance",
+            "summary_walk_share",
+            "drift_hot_share",
+        ):
             value = getattr(self, name)
             if not 0.0 < value < 1.0:
                 raise ConventionsError(f"conventions: {name} must be in (0, 1), got {value}")
@@ -307,6 +350,7 @@ class Conventions:
             "sync_llm_replacement_ms",
             "slice_min_abandonment_delta",
             "what_if_fallback_ms",
+            "drift_backlog_growth",
         ):
             if getattr(self, name) < 0:
                 raise ConventionsError(f"conventions: {name} must not be negative")
@@ -400,6 +444,9 @@ class Conventions:
             "cv_flag_variant_attrs": list(self.flag_variant_attributes),
             "cv_flag_events": list(self.flag_events),
             "cv_slice_attrs": list(self.slice_attributes),
+            "cv_code_fn_attrs": list(self.code_function_attributes),
+            "cv_code_ns_attrs": list(self.code_namespace_attributes),
+            "cv_batch_attrs": list(self.batch_size_attributes),
         }
 
 
@@ -544,6 +591,15 @@ ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '' OR {HTTP_
 # The captured retry header is recorded as a one-element array ('["1"]'): the digits are the number.
 RESEND = f"toUInt32OrZero(extract({_first('cv_resend_attrs')}, '[0-9]+'))"
 TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_out_toks')}))"
+# A function's name: the code attributes' function, its namespace prepended when not already in it
+# ('' without code attributes: the span name alone names it).
+_CODE_FN = _first("cv_code_fn_attrs")
+_CODE_NS = _first("cv_code_ns_attrs")
+CODE_FUNCTION = (
+    f"if({_CODE_NS} != '' AND {_CODE_FN} != '' AND NOT startsWith({_CODE_FN}, concat({_CODE_NS}, '.')), "
+    f"concat({_CODE_NS}, '.', {_CODE_FN}), {_CODE_FN})"
+)
+BATCH_SIZE = f"toFloat64OrNull({_first('cv_batch_attrs')})"
 QUEUE = f"if({_first('cv_queue_attrs')} != '', {_first('cv_queue_attrs')}, SpanName)"
 MESSAGE_ID = _span("cv_msg_id_attr")
 # A feature flag evaluated on a span, as its attributes (analytics.slices reads the events too).

@@ -391,6 +391,28 @@ def _slices(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _drift(data: dict[str, Any]) -> list[str]:
+    """Architecture drift findings (analytics.drift), when the report has them."""
+    if "drift" not in data:
+        return []
+    out = [f"ARCHITECTURE DRIFT (last {data.get('drift_days', '?')} days, by day)"]
+    out += _table(
+        ["kind", "service", "operation / queue", "since", "severity", "evidence"],
+        [
+            [
+                f["kind"],
+                f["service"] or "-",
+                f["operation"] or f["queue"],
+                str(f["since"])[:10],
+                f["severity"],
+                ", ".join(f"{k}={_fmt(v, 2)}" for k, v in f["evidence"].items()),
+            ]
+            for f in data["drift"]
+        ],
+    )
+    return out
+
+
 _SECTIONS = (
     _hot_path,
     _boundary,
@@ -401,6 +423,7 @@ _SECTIONS = (
     _retries,
     _llm_calls,
     _attribution,
+    _drift,
 )
 
 
@@ -409,5 +432,7 @@ def render_table(data: dict[str, Any]) -> str:
     w = data["window"]
     out = [f"window   {w['start']} → {w['end']}", f"baseline {w['baseline_start']} → {w['baseline_end']}"]
     for section in _SECTIONS:
-        out += ["", *section(data)]
+        lines = section(data)
+        if lines:
+            out += ["", *lines]
     return "\n".join(out)

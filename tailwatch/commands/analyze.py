@@ -35,6 +35,21 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
     return (int(count), first, last) if count else None
 
 
+def _latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
+    """(service glob, operation glob) of every ``latency_slo`` rule of the configured rule files:
+    the hot operations with a latency target, for the drift report's ``no_latency_target``."""
+    from slo_rules import RuleError, load_rules
+    from slo_rules.rules import LatencySloRule
+
+    try:
+        rules = load_rules(rule_files)
+    except RuleError as exc:
+        # The analysis does not need the rules: say why every hot operation counts as without target.
+        click.echo(f"tailwatch: drift report: rule files not read, no latency target known ({exc})", err=True)
+        return []
+    return [(r.service, r.operation) for r in rules.rules if isinstance(r, LatencySloRule)]
+
+
 @click.command("analyze")
 @store_config_options
 @window_options("analysis.window of the config, else 1h")
@@ -47,6 +62,13 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
 )
 @click.option("--baseline-end", type=ISO_TIME, default=None, help="Baseline end [default: --start].")
 @format_option(default="json", help="json: one object; table: readable text.")
+@click.option(
+    "--drift-days",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Days before --end the architecture drift report reads, by day (its own window, apart from "
+    "the analysis window) [default: analysis.conventions drift_days, 14].",
+)
 @click.option(
     "--no-summaries",
     is_flag=True,
@@ -61,15 +83,19 @@ def analyze(
     baseline_start: datetime | None,
     baseline_end: datetime | None,
     output_format: OutputFormat,
+    drift_days: int | None,
     no_summaries: bool,
 ) -> None:
     """Hot-path p99 vs releases, cold-path enqueue-to-ready, abandonment, retry amplification and
-    LLM-vs-internal attribution over [--start, --end) against a baseline window.
+    LLM-vs-internal attribution over [--start, --end) against a baseline window, and the
+    architecture drift report (a batch job drifting into an online service) over the --drift-days
+    days before --end.
 
     The store, the span conventions (analysis.conventions), the window's length (analysis.window)
     and the baseline's (analysis.baseline) come from the configuration; options given here come
     first. While `tailwatch serve` owns the store, the service analyses with its own conventions.
     """
+    from analytics import Conventions, drift_report
     from analytics import analyze as run_analysis
 
     if (baseline_start is None) != (baseline_end is None):
@@ -84,8 +110,11 @@ def analyze(
         )
     if baseline_start is None and config.analysis.baseline:
         baseline_start, baseline_end = start - timedelta(seconds=config.analysis.baseline), start
+    conventions = config.analysis.conventions_object() or Conventions()
+    days = conventions.drift_days if drift_days is None else drift_days
     target = store_or_service(config.store)
     if isinstance(target, RemoteService):
+        # The service answers the analysis alone: the drift report reads the store directly.
         text = target.analyze_json(start, end, baseline_start, baseline_end)
         click.echo(text if output_format == "json" else render_table(json.loads(text)))
         return
@@ -99,16 +128,18 @@ def analyze(
             end,
             baseline_start,
             baseline_end,
-            conventions=config.analysis.conventions_object(),
+            conventions=conventions,
             use_summaries=not no_summaries,
         )
+        drift = drift_report(store, end, conventions, days=days, covered=_latency_targets(config.rules.files))
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
         held = _held_range(store) if empty else None
+    data = {**analysis.to_dict(), "drift_days": days, "drift": [finding.to_dict() for finding in drift]}
     if output_format == "json":
-        click.echo(analysis.to_json())
+        click.echo(json.dumps(data, allow_nan=False))
     else:
-        click.echo(render_table(analysis.to_dict()))
+        click.echo(render_table(data))
     if empty:
         # An empty report says why, on stderr (stdout stays the JSON or table asked for).
         window = f"{analysis.start:%Y-%m-%d %H:%M} .. {analysis.end:%Y-%m-%d %H:%M} UTC"

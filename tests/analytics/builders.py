@@ -27,6 +27,7 @@ __all__ = [
     "S",
     "Scenario",
     "at",
+    "batch_run",
     "cold_job",
     "dt",
     "flagged",
@@ -35,11 +36,13 @@ __all__ = [
     "scenario_abandonment_cliff",
     "scenario_boundary",
     "scenario_cold_queues",
+    "scenario_drift",
     "scenario_flag_split",
     "scenario_internal_regression",
     "scenario_llm_regression",
     "scenario_release_coupling",
     "scenario_retries",
+    "with_call",
     "workflow_run",
 ]
 
@@ -704,4 +707,151 @@ def scenario_flag_split(requests: int = 1000) -> Scenario:
         service="docs-api",
         operation="POST /summarize",
         expected={"flag": "summary-mode", "control": "sync", "requests": {"sync": 700, "async": 300}},
+    )
+
+
+DAY = 86_400 * S
+
+
+def with_call(
+    spans: list[SpanRow],
+    span_name: str,
+    function: str = "",
+    namespace: str = "",
+    *,
+    parent: int = 0,
+    ms: float = 5.0,
+) -> list[SpanRow]:
+    """``spans`` with one more Internal span, a child of ``spans[parent]`` starting with it: a call
+    of a function recognised by its span name and, when given, ``code.function.name`` /
+    ``code.namespace`` (the code semantic conventions the Python instrumentations set)."""
+    host = spans[parent]
+    attrs = {}
+    if function:
+        attrs["code.function.name"] = function
+    if namespace:
+        attrs["code.namespace"] = namespace
+    call = SpanRow(
+        trace_id=host.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=host.span_id,
+        name=span_name,
+        start_ns=host.start_ns,
+        duration_ns=int(ms * MS),
+        kind="Internal",
+        service=host.service,
+        attributes=attrs,
+    )
+    return [*spans, call]
+
+
+def batch_run(
+    service: str,
+    name: str,
+    start_ns: int,
+    items: int,
+    *,
+    duration_s: float = 60.0,
+    size_attribute: str = "messaging.batch.message_count",
+) -> list[SpanRow]:
+    """One run of a scheduled job: a root span marked ``tailwatch.path=cold`` carrying its batch size
+    the way the messaging conventions do (``messaging.batch.message_count``)."""
+    return [
+        SpanRow(
+            trace_id=new_trace_id(),
+            span_id=new_span_id(),
+            name=name,
+            start_ns=start_ns,
+            duration_ns=int(duration_s * S),
+            kind="Internal",
+            service=service,
+            attributes={"tailwatch.path": "cold", size_attribute: str(items)},
+        )
+    ]
+
+
+def scenario_drift(days: int = 14) -> Scenario:
+    """Fourteen days of a document-summary job drifting into an online service, beside healthy
+    traffic. Day ``d`` is [T0 + d days, T0 + d + 1 days); the drift window is the whole span.
+
+    Drifting (``expected`` holds each finding's key and first day):
+
+    * ``summary-worker nightly-summaries``: 1 run a day of 200 documents (days 0–4), then 24 runs a
+      day of 8 (days 5–9), then of 4 (days 10–13): ``batch_shrinking`` from day 5. Each document is
+      one ``summarise_document`` call (``summaries.tasks.summarise_document``).
+    * ``summary-api POST /summaries/now`` from day 10: 60 requests a day, each calling
+      ``summarise_document`` synchronously: its hot share goes from 0 to 60 / (60 + 96):
+      ``shared_operation`` from day 10, and the endpoint reaches it with no latency target:
+      ``no_latency_target`` from day 10.
+    * queue ``doc-index``: 50 jobs a day, all done, until day 9; then 80 a day of which 30 stay
+      pending: ``queue_unbounded`` from day 10.
+
+    Healthy, raising nothing:
+
+    * ``report-worker nightly-report``: one run a day of 100 items, calling ``load_template`` 70
+      times; ``web GET /templates`` calls it 30 times a day: a shared helper at a steady 30% hot.
+    * ``web POST /reports``, Celery style (the worker's run in the request's trace, below the
+      enqueue), from day 7 on, 40 a day: the worker's ``render_report`` call is cold work, as is the
+      nightly job's (5 a day), so ``render_report`` stays 0% hot.
+    * queue ``emails``: 50 jobs a day, one of them crossing midnight into the next day: bounded.
+    """
+    spans: list[SpanRow] = []
+    fn = ("summarise_document", "summarise_document", "summaries.tasks")
+    for d in range(days):
+        base = T0 + d * DAY
+        # The drifting job.
+        runs, per_run = (1, 200) if d < 5 else (24, 8) if d < 10 else (24, 4)
+        for r in range(runs):
+            run = batch_run("summary-worker", "nightly-summaries", base + r * 3600 * S + 60 * S, per_run)
+            for _ in range(per_run):
+                run = with_call(run, *fn)
+            spans += run
+        if d >= 10:
+            for i in range(60):
+                request = hot_request("summary-api", "POST /summaries/now", base + (i * 600 + 30) * S, 900.0)
+                spans += with_call(request, *fn, ms=800.0)
+        for i in range(80 if d >= 10 else 50):
+            spans += cold_job(
+                "doc-index", base + (i * 900 + 5) * S, 1.0, 2.0, completed=not (d >= 10 and i >= 50)
+            )
+        # Healthy traffic.
+        report = batch_run("report-worker", "nightly-report", base + 2 * 3600 * S, 100)
+        for _ in range(70):
+            report = with_call(report, "load_template", "load_template", "common.templates")
+        for _ in range(5):
+            report = with_call(report, "render_report", "render_report", "reports.tasks")
+        spans += report
+        for i in range(30):
+            request = hot_request("web", "GET /templates", base + (i * 1200 + 40) * S, 50.0)
+            spans += with_call(request, "load_template", "load_template", "common.templates", ms=3.0)
+        if d >= 7:
+            for i in range(40):
+                request = queued_request(
+                    "web", "POST /reports", base + (i * 1500 + 50) * S, 80.0, "reports", 2.0, 5.0
+                )
+                run = next(k for k, sp in enumerate(request) if sp.kind == "Consumer")
+                spans += with_call(request, "render_report", "render_report", "reports.tasks", parent=run)
+        for i in range(49):
+            spans += cold_job("emails", base + (i * 1500 + 7) * S, 0.5, 0.5, via="parent")
+        spans += cold_job("emails", base + DAY - 1 * S, 3.0, 0.5, via="parent")
+    start = dt(T0)
+    end = dt(T0 + days * DAY)
+    return Scenario(
+        spans=spans,
+        start=start,
+        end=end,
+        baseline_start=start,
+        baseline_end=start,
+        expected={
+            (
+                "shared_operation",
+                "summary-api",
+                "summarise_document (summaries.tasks.summarise_document)",
+                "",
+            ): 10,
+            ("batch_shrinking", "summary-worker", "nightly-summaries", ""): 5,
+            ("queue_unbounded", "", "", "doc-index"): 10,
+            ("no_latency_target", "summary-api", "POST /summaries/now", ""): 10,
+            ("no_latency_target", "web", "GET /templates", ""): 0,
+        },
     )

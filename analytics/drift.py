@@ -1,0 +1,521 @@
+"""Architecture drift (seed 004): from the traces of a long window, read by day, the signs that a batch
+job has quietly become an online service.
+
+Four kinds of finding, each comparing the first ``drift_edge_days`` days of the drift window ("then")
+with the last ones ("now"):
+
+* ``shared_operation`` — one function (span name, plus ``code.function.name``/``code.namespace`` or
+  the older ``code.function`` where present) reached from hot requests and from jobs, whose share of
+  calls made on the hot path rose from below ``drift_hot_share`` to at or above it.
+* ``batch_shrinking`` — a run (a consumer/process span, or a root marked cold) whose items per run
+  (``messaging.batch.message_count`` or ``batch_size_attributes``) fell while its runs per day climbed,
+  each by at least ``drift_batch_factor``.
+* ``queue_unbounded`` — a queue whose backlog (enqueued minus completed jobs, summed by day) grows over
+  the last days.
+* ``no_latency_target`` — a hot operation that reaches a shared function, with a p99 and no latency
+  budget (``latency_budgets``) and no ``latency_slo`` rule covering it (the covered (service,
+  operation) globs are an argument: analytics does not read rule files).
+
+The hot side is what a hot request reaches without crossing a queue boundary, the cold side what a job
+reaches (a root marked cold, or anything below a boundary): the ancestry of :mod:`analytics.ancestry`,
+computed here in SQL per trace for the traces holding a boundary. The heavy reductions are per-day
+GROUP BYs in ClickHouse over the span table; Python receives a few rows per (day, function), (day,
+run), (day, queue) and (day, operation). The report reads raw spans (no per-minute aggregate holds
+these keys): the span table's TTL bounds how many days it can look back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fnmatch import fnmatchcase
+from typing import Any, Literal
+
+import polars as pl
+
+from analytics._common import AnalysisError, normalize
+from analytics.cold_path import jobs_reduction_sql, jobs_sql
+from analytics.conventions import (
+    BATCH_SIZE,
+    CODE_FUNCTION,
+    IS_BOUNDARY,
+    IS_COLD_MARKED,
+    IS_HOT_ROOT,
+    MAYBE_BOUNDARY,
+    Conventions,
+)
+from collectors import TRACES_TABLE, inspect_traces
+from storage import Store, as_utc, iso_z
+
+__all__ = [
+    "DRIFT_KINDS",
+    "DriftFinding",
+    "DriftKind",
+    "batch_runs_sql",
+    "drift_findings",
+    "drift_report",
+    "queue_days_sql",
+    "reaching_requests_sql",
+    "shared_calls_sql",
+    "span_paths_sql",
+]
+
+DriftKind = Literal["shared_operation", "batch_shrinking", "queue_unbounded", "no_latency_target"]
+DRIFT_KINDS: tuple[str, ...] = DriftKind.__args__  # type: ignore[attr-defined]
+# The seed's test: two or more of the symptoms in one service make an online service never designed
+# as one.
+Severity = Literal["warning", "critical"]
+
+_DAY_NS = 86_400_000_000_000
+# Pointer-jumping steps of the boundary walk: 2**6 = 64 ancestors, as analytics.ancestry's depth.
+_JUMPS = 6
+
+
+@dataclass(frozen=True)
+class DriftFinding:
+    """One sign of drift: what, where, since when, and the numbers behind it."""
+
+    kind: DriftKind
+    service: str
+    operation: str  # the function or hot operation; "" for a queue
+    queue: str  # "" but for queue_unbounded
+    since: datetime  # the first day of the trend (the start of that day of the drift window)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    severity: Severity = "warning"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "service": self.service,
+            "operation": self.operation,
+            "queue": self.queue,
+            "since": iso_z(self.since),
+            "evidence": {k: _num(v) for k, v in self.evidence.items()},
+            "severity": self.severity,
+        }
+
+
+def _num(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6) if math.isfinite(value) else None
+    return value
+
+
+# --- SQL -------------------------------------------------------------------------------------------
+_WINDOW = "Timestamp >= {s:DateTime64(9)} AND Timestamp < {e:DateTime64(9)}"
+_DAY = "toInt64(intDiv(toUnixTimestamp64Nano(Timestamp) - {s_ns:Int64}, {day_ns:Int64}))"
+
+
+def span_paths_sql(table: str) -> str:
+    """Every span started in [s, e) that a hot request or a job reaches: ``trace_key``, ``day`` (from
+    the window's start), ``service``, ``name``, ``function`` (:data:`CODE_FUNCTION`), ``path`` ('hot'
+    or 'cold') and ``duration_ns``.
+
+    Traces without a boundary span take their root's path (a hot root, or a root marked cold). A
+    trace holding a boundary is walked per trace in SQL: a span is cold when it or an ancestor is a
+    boundary (pointer jumping over the parent index, 64 levels), else hot when the trace has a hot
+    root; the rest (a scheduler's enqueue) is neither."""
+    steps = []
+    for k in range(1, _JUMPS + 1):
+        steps.append(
+            f"arrayMap((x, j) -> if(j > 0, x OR below{k - 1}[j], x), below{k - 1}, a{k}) AS below{k}"
+        )
+        if k < _JUMPS:
+            steps.append(f"arrayMap(j -> if(j > 0, a{k}[j], 0), a{k}) AS a{k + 1}")
+    walk = ",\n           ".join(steps)
+    return f"""
+WITH hot_traces AS (
+    SELECT DISTINCT cityHash64(TraceId) FROM {table}
+    PREWHERE ParentSpanId = '' WHERE {_WINDOW} AND {IS_HOT_ROOT}
+), cold_traces AS (
+    SELECT DISTINCT cityHash64(TraceId) FROM {table}
+    PREWHERE ParentSpanId = '' WHERE {_WINDOW} AND {IS_COLD_MARKED}
+), boundary_traces AS (
+    SELECT DISTINCT cityHash64(TraceId) FROM {table}
+    PREWHERE {MAYBE_BOUNDARY} WHERE {_WINDOW} AND {IS_BOUNDARY}
+)
+SELECT cityHash64(TraceId) AS trace_key, {_DAY} AS day, toString(ServiceName) AS service,
+       toString(SpanName) AS name, {CODE_FUNCTION} AS function,
+       if(trace_key IN (SELECT * FROM hot_traces), 'hot', 'cold') AS path, toInt64(Duration) AS duration_ns
+FROM {table}
+WHERE {_WINDOW} AND cityHash64(TraceId) NOT IN (SELECT * FROM boundary_traces)
+  AND (cityHash64(TraceId) IN (SELECT * FROM hot_traces)
+       OR cityHash64(TraceId) IN (SELECT * FROM cold_traces))
+UNION ALL
+SELECT trace_key, span.1, span.2, span.3, span.4, if(cold, 'cold', 'hot'), span.5
+FROM (
+    SELECT cityHash64(TraceId) AS trace_key, groupArray(SpanId) AS ids, groupArray(ParentSpanId) AS parents,
+           groupArray(toUInt8({IS_BOUNDARY})) AS below0,
+           groupArray(({_DAY}, toString(ServiceName), toString(SpanName), {CODE_FUNCTION}, toInt64(Duration)))
+               AS spans,
+           max({IS_HOT_ROOT}) AS hot_trace,
+           arrayMap(p -> indexOf(ids, p), parents) AS a1,
+           {walk}
+    FROM {table}
+    WHERE {_WINDOW} AND cityHash64(TraceId) IN (SELECT * FROM boundary_traces)
+    GROUP BY trace_key
+)
+ARRAY JOIN spans AS span, below{_JUMPS} AS cold
+WHERE cold OR hot_trace"""
+
+
+def shared_calls_sql(table: str) -> str:
+    """Per (day, path, service, function): calls and p99, over :func:`span_paths_sql`; ``op_key``
+    names the function (cityHash64 of span name and function)."""
+    return f"""
+SELECT day, path, service, name, function, cityHash64(name, function) AS op_key, count() AS calls,
+       quantile(0.99)(duration_ns) / 1e6 AS p99_ms
+FROM ({span_paths_sql(table)})
+WHERE day >= 0 AND day < {{days:Int64}}
+GROUP BY day, path, service, name, function"""
+
+
+def reaching_requests_sql(table: str) -> str:
+    """Per (day, service, operation) of hot roots whose trace reaches, on its hot path, a function of
+    ``{shared:Array(UInt64)}`` (``op_key`` values): requests and p99."""
+    return f"""
+SELECT {_DAY} AS day, toString(ServiceName) AS service, toString(SpanName) AS operation,
+       count() AS requests, quantile(0.99)(Duration) / 1e6 AS p99_ms
+FROM {table}
+PREWHERE ParentSpanId = ''
+WHERE {_WINDOW} AND {IS_HOT_ROOT} AND cityHash64(TraceId) IN (
+    SELECT trace_key FROM ({span_paths_sql(table)})
+    WHERE path = 'hot' AND has({{shared:Array(UInt64)}}, cityHash64(name, function))
+)
+GROUP BY day, service, operation"""
+
+
+def batch_runs_sql(table: str) -> str:
+    """Per (day, service, run name): runs (boundary spans and roots marked cold), the runs carrying a
+    batch size and their items (:data:`BATCH_SIZE`)."""
+    return f"""
+SELECT {_DAY} AS day, toString(ServiceName) AS service, toString(SpanName) AS operation,
+       count() AS runs, countIf({BATCH_SIZE} IS NOT NULL) AS sized_runs,
+       sumIf(assumeNotNull({BATCH_SIZE}), {BATCH_SIZE} IS NOT NULL) AS items
+FROM {table}
+WHERE {_WINDOW} AND ({IS_BOUNDARY} OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
+GROUP BY day, service, operation"""
+
+
+def queue_days_sql(table: str) -> str:
+    """Per (queue, day): jobs enqueued and jobs completed that day, from the jobs reduced in SQL
+    (:func:`analytics.cold_path.jobs_reduction_sql`)."""
+    day = "toInt64(intDiv({v} - {{s_ns:Int64}}, {{day_ns:Int64}}))"
+    enq, done = day.format(v="enqueued_ns"), day.format(v="assumeNotNull(ended_ns)")
+    return f"""
+SELECT queue, d.1 AS day, toInt64(sum(d.2)) AS enqueued, toInt64(sum(d.3)) AS completed
+FROM ({jobs_reduction_sql(jobs_sql(table))})
+ARRAY JOIN [({enq}, 1, 0), (if(ended_ns IS NULL, -1, {done}), 0, if(ended_ns IS NULL, 0, 1))] AS d
+WHERE d.1 >= 0 AND d.1 < {{days:Int64}}
+GROUP BY queue, day"""
+
+
+# --- reads -----------------------------------------------------------------------------------------
+def drift_report(
+    store: Store,
+    end: datetime,
+    conventions: Conventions | None = None,
+    *,
+    days: int | None = None,
+    covered: Iterable[tuple[str, str]] = (),
+) -> list[DriftFinding]:
+    """The drift findings over the ``days`` (default ``drift_days``) days before ``end``, by day.
+    ``covered``: (service glob, operation glob) pairs that have a latency target (the ``latency_slo``
+    rules); the conventions' ``latency_budgets`` count too."""
+    conv = conventions or Conventions()
+    days = conv.drift_days if days is None else days
+    if days < 2 * conv.drift_edge_days:
+        raise AnalysisError(
+            f"the drift window needs at least {2 * conv.drift_edge_days} days (twice drift_edge_days), "
+            f"got {days}: try --drift-days 14"
+        )
+    end = as_utc(end)
+    start = end - timedelta(days=days)
+    table = store.table(TRACES_TABLE)
+    adapt = inspect_traces(store).adapt
+    params = {
+        **conv.sql_parameters(),
+        "s": start,
+        "e": end,
+        "s_ns": int(start.timestamp()) * 1_000_000_000 + start.microsecond * 1000,
+        "day_ns": _DAY_NS,
+        "days": days,
+    }
+    calls = normalize(store.query_polars(adapt(shared_calls_sql(table)), params))
+    runs = normalize(store.query_polars(adapt(batch_runs_sql(table)), params))
+    queues = normalize(store.query_polars(adapt(queue_days_sql(table)), params))
+    shared = shared_keys(calls, conv)
+    reaching = pl.DataFrame()
+    if shared:
+        reaching = normalize(
+            store.query_polars(adapt(reaching_requests_sql(table)), {**params, "shared": shared})
+        )
+    return drift_findings(start, days, calls, runs, queues, reaching, conv, covered)
+
+
+# --- metric logic (pure) ---------------------------------------------------------------------------
+def shared_keys(calls: pl.DataFrame, conv: Conventions) -> list[int]:
+    """``op_key`` of the functions reached from both paths over the window, with at least
+    ``drift_min_calls`` calls. Pure."""
+    if calls.is_empty():
+        return []
+    per = calls.group_by("op_key").agg(
+        pl.col("calls").filter(pl.col("path") == "hot").sum().alias("hot"),
+        pl.col("calls").filter(pl.col("path") == "cold").sum().alias("cold"),
+    )
+    both = per.filter(
+        (pl.col("hot") > 0) & (pl.col("cold") > 0) & (pl.col("hot") + pl.col("cold") >= conv.drift_min_calls)
+    )
+    return sorted(int(k) for k in both["op_key"])
+
+
+def _grid(frame: pl.DataFrame, keys: list[str], days: int, values: list[str]) -> pl.DataFrame:
+    """``frame`` summed per (keys, day) on every day of the window (0 where nothing happened)."""
+    summed = frame.group_by([*keys, "day"]).agg(pl.col(v).sum() for v in values)
+    grid = (
+        summed.select(keys)
+        .unique()
+        .join(pl.DataFrame({"day": list(range(days))}, schema={"day": pl.Int64}), how="cross")
+    )
+    return (
+        grid.join(summed.with_columns(pl.col("day").cast(pl.Int64)), on=[*keys, "day"], how="left")
+        .with_columns(pl.col(v).fill_null(0) for v in values)
+        .sort([*keys, "day"])
+    )
+
+
+def _edges(values: list[float], edge: int) -> tuple[float, float]:
+    return sum(values[:edge]) / edge, sum(values[-edge:]) / edge
+
+
+def drift_findings(
+    start: datetime,
+    days: int,
+    calls: pl.DataFrame,
+    runs: pl.DataFrame,
+    queues: pl.DataFrame,
+    reaching: pl.DataFrame,
+    conv: Conventions,
+    covered: Iterable[tuple[str, str]] = (),
+) -> list[DriftFinding]:
+    """The findings from the per-day rows of :func:`shared_calls_sql`, :func:`batch_runs_sql`,
+    :func:`queue_days_sql` and :func:`reaching_requests_sql`. Pure."""
+
+    def day(index: int) -> datetime:
+        return start + timedelta(days=index)
+
+    found: list[DriftFinding] = []
+    found += _shared_operations(calls, days, conv, day)
+    found += _batches(runs, days, conv, day)
+    found += _queues(queues, days, conv, day)
+    found += _no_targets(reaching, days, conv, day, list(covered))
+    # Two or more kinds of symptom in one service: an online service never designed as one.
+    kinds: dict[str, set[str]] = {}
+    for f in found:
+        if f.service:
+            kinds.setdefault(f.service, set()).add(f.kind)
+    out = [
+        DriftFinding(
+            f.kind,
+            f.service,
+            f.operation,
+            f.queue,
+            f.since,
+            f.evidence,
+            "critical" if len(kinds.get(f.service, ())) >= 2 else "warning",
+        )
+        for f in found
+    ]
+    return sorted(out, key=lambda f: (DRIFT_KINDS.index(f.kind), f.service, f.operation, f.queue))
+
+
+def _shared_operations(calls: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list[DriftFinding]:
+    if calls.is_empty():
+        return []
+    edge, threshold = conv.drift_edge_days, conv.drift_hot_share
+    shared = set(shared_keys(calls, conv))
+    rows = calls.filter(pl.col("op_key").is_in(list(shared)))
+    if rows.is_empty():
+        return []
+    by_path = rows.with_columns(
+        pl.when(pl.col("path") == "hot").then(pl.col("calls")).otherwise(0).alias("hot"),
+        pl.when(pl.col("path") == "cold").then(pl.col("calls")).otherwise(0).alias("cold"),
+    )
+    grid = _grid(by_path, ["op_key"], days, ["hot", "cold"])
+    out = []
+    for (op_key,), g in grid.group_by("op_key", maintain_order=True):
+        hot, cold = g["hot"].to_list(), g["cold"].to_list()
+        hot_then, hot_now = sum(hot[:edge]), sum(hot[-edge:])
+        all_then, all_now = hot_then + sum(cold[:edge]), hot_now + sum(cold[-edge:])
+        if all_then == 0 or all_now == 0:
+            continue  # not called then or not now: a share that did not move, it appeared or ended
+        share_then, share_now = hot_then / all_then, hot_now / all_now
+        if not (share_then < threshold <= share_now):
+            continue
+        crossed = [
+            i for i in range(days) if hot[i] + cold[i] > 0 and hot[i] / (hot[i] + cold[i]) >= threshold
+        ]
+        mine = rows.filter(pl.col("op_key") == op_key)
+        hot_rows, cold_rows = mine.filter(pl.col("path") == "hot"), mine.filter(pl.col("path") == "cold")
+        recent = pl.col("day") >= days - edge
+        name, function = str(mine["name"][0]), str(mine["function"][0])
+        # The service whose requests now reach it, by calls over the last days.
+        services = (
+            hot_rows.group_by("service")
+            .agg(pl.col("calls").sum())
+            .sort(["calls", "service"], descending=[True, False])
+        )
+        out.append(
+            DriftFinding(
+                "shared_operation",
+                str(services["service"][0]),
+                f"{name} ({function})" if function else name,
+                "",
+                day(crossed[0]),
+                {
+                    "span_name": name,
+                    "function": function,
+                    "hot_calls_per_day_then": hot_then / edge,
+                    "hot_calls_per_day_now": hot_now / edge,
+                    "cold_calls_per_day_then": (all_then - hot_then) / edge,
+                    "cold_calls_per_day_now": (all_now - hot_now) / edge,
+                    "hot_share_then": share_then,
+                    "hot_share_now": share_now,
+                    "hot_p99_ms_now": _weighted_p99(hot_rows.filter(recent)),
+                    "cold_p99_ms_now": _weighted_p99(cold_rows.filter(recent)),
+                    "cold_services": ",".join(sorted(set(cold_rows["service"].to_list()))),
+                },
+            )
+        )
+    return out
+
+
+def _weighted_p99(rows: pl.DataFrame) -> float | None:
+    """The calls-weighted mean of daily p99s (per-day quantiles do not merge exactly)."""
+    total = float(rows["calls"].sum()) if not rows.is_empty() else 0.0
+    if not total:
+        return None
+    return float((rows["p99_ms"] * rows["calls"]).sum()) / total
+
+
+def _batches(runs: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list[DriftFinding]:
+    if runs.is_empty():
+        return []
+    edge, factor = conv.drift_edge_days, conv.drift_batch_factor
+    grid = _grid(runs, ["service", "operation"], days, ["runs", "sized_runs", "items"])
+    out = []
+    for (service, operation), g in grid.group_by("service", "operation", maintain_order=True):
+        n, sized, items = g["runs"].to_list(), g["sized_runs"].to_list(), g["items"].to_list()
+        sized_then, sized_now = sum(sized[:edge]), sum(sized[-edge:])
+        if not sized_then or not sized_now:
+            continue  # no batch size then or now: items per run unknown
+        runs_then, runs_now = _edges([float(x) for x in n], edge)
+        per_run_then = float(sum(items[:edge])) / sized_then
+        per_run_now = float(sum(items[-edge:])) / sized_now
+        if not (runs_then > 0 and runs_now >= factor * runs_then and per_run_now * factor <= per_run_then):
+            continue
+        began = [
+            i
+            for i in range(edge, days)
+            if n[i] > runs_then and sized[i] and items[i] / sized[i] < per_run_then
+        ]
+        out.append(
+            DriftFinding(
+                "batch_shrinking",
+                str(service),
+                str(operation),
+                "",
+                day(began[0] if began else days - edge),
+                {
+                    "runs_per_day_then": runs_then,
+                    "runs_per_day_now": runs_now,
+                    "items_per_run_then": per_run_then,
+                    "items_per_run_now": per_run_now,
+                },
+            )
+        )
+    return out
+
+
+def _slope(values: list[float]) -> float:
+    """Least-squares slope of ``values`` over their index."""
+    n = len(values)
+    mean_x, mean_y = (n - 1) / 2, sum(values) / n
+    den = sum((i - mean_x) ** 2 for i in range(n))
+    return sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values)) / den if den else 0.0
+
+
+def _queues(queues: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list[DriftFinding]:
+    if queues.is_empty():
+        return []
+    edge = conv.drift_edge_days
+    grid = _grid(queues, ["queue"], days, ["enqueued", "completed"])
+    out = []
+    for (queue,), g in grid.group_by("queue", maintain_order=True):
+        enq, done = g["enqueued"].to_list(), g["completed"].to_list()
+        backlog, total = [], 0
+        for e, c in zip(enq, done, strict=True):
+            total += e - c
+            backlog.append(float(total))
+        recent = backlog[-edge:]
+        slope = _slope(recent)
+        enq_then, enq_now = _edges([float(x) for x in enq], edge)
+        done_then, done_now = _edges([float(x) for x in done], edge)
+        if not (enq_now > 0 and backlog[-1] > 0 and slope > conv.drift_backlog_growth * enq_now):
+            continue
+        # The trend began with the trailing run of days that enqueued more than they completed.
+        first = days - 1
+        while first > 0 and enq[first - 1] > done[first - 1]:
+            first -= 1
+        out.append(
+            DriftFinding(
+                "queue_unbounded",
+                "",
+                "",
+                str(queue),
+                day(first),
+                {
+                    "enqueued_per_day_then": enq_then,
+                    "enqueued_per_day_now": enq_now,
+                    "completed_per_day_then": done_then,
+                    "completed_per_day_now": done_now,
+                    "backlog_now": backlog[-1],
+                    "backlog_slope_per_day": slope,
+                },
+            )
+        )
+    return out
+
+
+def _no_targets(
+    reaching: pl.DataFrame, days: int, conv: Conventions, day: Any, covered: list[tuple[str, str]]
+) -> list[DriftFinding]:
+    if reaching.is_empty():
+        return []
+    targets = covered + [(s, o) for s, o, _ in conv.latency_budgets]
+    edge = conv.drift_edge_days
+    out = []
+    for (service, operation), g in reaching.sort("day").group_by("service", "operation", maintain_order=True):
+        requests = int(g["requests"].sum())
+        if requests < conv.drift_min_requests:
+            continue
+        if any(fnmatchcase(str(service), s) and fnmatchcase(str(operation), o) for s, o in targets):
+            continue
+        recent = g.filter(pl.col("day") >= days - edge)
+        out.append(
+            DriftFinding(
+                "no_latency_target",
+                str(service),
+                str(operation),
+                "",
+                day(int(g["day"].min())),  # type: ignore[arg-type]
+                {
+                    "requests": requests,
+                    "requests_per_day_now": float(recent["requests"].sum()) / edge,
+                    "p99_ms_now": _weighted_p99(recent.rename({"requests": "calls"})),
+                },
+            )
+        )
+    return out

@@ -1,0 +1,167 @@
+"""Architecture drift on generated traces with a known truth (tests/analytics/builders.py,
+``scenario_drift``): each kind found with its first day, healthy traffic raising none."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analytics import Conventions, ConventionsError, drift_report
+from analytics.conventions import Conventions as _Conventions
+from analytics.drift import shared_calls_sql
+from collectors import TRACES_TABLE
+from collectors.spans import SpanRow, insert_spans
+from storage import Store, ensure_schema, open_store
+from tests.analytics.builders import DAY, T0, scenario_drift
+
+
+def _paths(spans: list[SpanRow]) -> dict[str, str]:
+    """span_id → 'hot' / 'cold' / '' by walking the generated traces in Python: the oracle the SQL
+    walk is checked against (hot root, root marked cold, anything below a Consumer span is cold)."""
+    by_id = {s.span_id: s for s in spans}
+    roots = {s.trace_id: s for s in spans if not s.parent_span_id}
+    out = {}
+    for s in spans:
+        node, below = s, False
+        while True:
+            if node.kind == "Consumer":
+                below = True
+            parent = by_id.get(node.parent_span_id) if node.parent_span_id else None
+            if parent is None:
+                break
+            node = parent
+        root = roots.get(s.trace_id)
+        if below:
+            out[s.span_id] = "cold"
+        elif root is not None and root.kind == "Server":
+            out[s.span_id] = "hot"
+        elif root is not None and root.attributes.get("tailwatch.path") == "cold":
+            out[s.span_id] = "cold"
+        else:
+            out[s.span_id] = ""
+    return out
+
+
+def test_each_kind_is_found_with_its_first_day_and_healthy_traffic_raises_none(store: Store) -> None:
+    scenario = scenario_drift()
+    insert_spans(store, scenario.spans)
+    findings = drift_report(store, scenario.end)
+    got = {
+        (f.kind, f.service, f.operation, f.queue): (f.since - scenario.start) // timedelta(days=1)
+        for f in findings
+    }
+    assert got == scenario.expected
+    # Healthy: the stable nightly job, the helper at a steady hot share, the Celery-style worker
+    # call (cold below its consumer), the bounded queue.
+    named = {f.service for f in findings} | {f.operation for f in findings} | {f.queue for f in findings}
+    for healthy in ("report-worker", "nightly-report", "emails", "reports"):
+        assert healthy not in named
+    assert not any("load_template" in f.operation or "render_report" in f.operation for f in findings)
+    # Two kinds in summary-api: critical; one kind elsewhere: a warning.
+    severity = {(f.kind, f.service, f.operation or f.queue): f.severity for f in findings}
+    summarise = "summarise_document (summaries.tasks.summarise_document)"
+    assert severity[("shared_operation", "summary-api", summarise)] == "critical"
+    assert severity[("no_latency_target", "summary-api", "POST /summaries/now")] == "critical"
+    assert severity[("batch_shrinking", "summary-worker", "nightly-summaries")] == "warning"
+    assert severity[("queue_unbounded", "", "doc-index")] == "warning"
+
+    # The evidence is what the generated spans hold, counted here from the spans themselves.
+    paths = _paths(scenario.spans)
+    last = T0 + 11 * DAY
+    calls = Counter(
+        paths[s.span_id] for s in scenario.spans if s.name == "summarise_document" and s.start_ns >= last
+    )
+    shared = next(f for f in findings if f.kind == "shared_operation")
+    assert shared.evidence["hot_share_now"] == pytest.approx(calls["hot"] / (calls["hot"] + calls["cold"]))
+    assert shared.evidence["hot_share_then"] == 0.0
+    assert shared.evidence["hot_calls_per_day_now"] == pytest.approx(calls["hot"] / 3)
+    assert shared.evidence["function"] == "summaries.tasks.summarise_document"
+    batch = next(f for f in findings if f.kind == "batch_shrinking")
+    sizes = [
+        int(s.attributes["messaging.batch.message_count"])
+        for s in scenario.spans
+        if s.name == "nightly-summaries" and s.start_ns >= last
+    ]
+    assert batch.evidence["runs_per_day_now"] == pytest.approx(len(sizes) / 3)
+    assert batch.evidence["items_per_run_now"] == pytest.approx(sum(sizes) / len(sizes))
+    queue = next(f for f in findings if f.kind == "queue_unbounded")
+    producers = [s for s in scenario.spans if s.kind == "Producer" and s.name == "send doc-index"]
+    consumers = [s for s in scenario.spans if s.kind == "Consumer" and s.name == "process doc-index"]
+    assert queue.evidence["backlog_now"] == len(producers) - len(consumers)
+
+    # A latency_slo rule (or a latency budget) covering an operation: no no_latency_target for it.
+    covered = drift_report(store, scenario.end, covered=[("web", "GET /*")])
+    assert not any(f.kind == "no_latency_target" and f.service == "web" for f in covered)
+    budgets = Conventions(latency_budgets=(("summary-api", "*", 500.0),))
+    assert not any(
+        f.kind == "no_latency_target" and f.service == "summary-api"
+        for f in drift_report(store, scenario.end, budgets)
+    )
+
+
+def test_the_sql_walk_puts_a_workers_call_below_its_consumer_on_the_cold_side(store: Store) -> None:
+    scenario = scenario_drift()
+    insert_spans(store, scenario.spans)
+    conv = Conventions()
+    start, days = scenario.start, 14
+    params = {
+        **conv.sql_parameters(),
+        "s": start,
+        "e": scenario.end,
+        "s_ns": T0,
+        "day_ns": DAY,
+        "days": days,
+    }
+    rows = store.query_polars(shared_calls_sql(store.table(TRACES_TABLE)), params)
+    got = Counter()
+    for row in rows.iter_rows(named=True):
+        got[(row["name"], row["path"])] += row["calls"]
+    paths = _paths(scenario.spans)
+    end = T0 + days * DAY  # spans started in the window (the last emails job runs after it)
+    expected = Counter(
+        (s.name, paths[s.span_id]) for s in scenario.spans if paths[s.span_id] and s.start_ns < end
+    )
+    assert got == expected
+    # The Celery-style worker's call sits in the request's trace, yet is cold work.
+    assert got[("render_report", "hot")] == 0
+    assert got[("render_report", "cold")] == 14 * 5 + 7 * 40
+
+
+def test_a_window_shorter_than_both_edges_is_refused() -> None:
+    with pytest.raises(ConventionsError, match="drift_days"):
+        _Conventions(drift_days=5, drift_edge_days=3)
+
+
+def test_analyze_json_and_table_carry_the_drift_report(tmp_path: Path) -> None:
+    from tailwatch.cli import main
+
+    scenario = scenario_drift()
+    dsn = f"chdb://{tmp_path / 'store'}"
+    with open_store(dsn) as s:
+        ensure_schema(s)
+        insert_spans(s, scenario.spans)
+    end = scenario.end.isoformat()
+    start = (scenario.end - timedelta(hours=1)).isoformat()
+    window = ["--store", dsn, "--start", start, "--end", end, "--no-summaries"]
+    result = CliRunner().invoke(main, ["analyze", *window, "--format", "json", "--drift-days", "14"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    kinds = Counter(f["kind"] for f in data["drift"])
+    # The default rule pack has no latency_slo rule: both endpoints reaching shared code lack a target.
+    assert kinds == {
+        "shared_operation": 1,
+        "batch_shrinking": 1,
+        "queue_unbounded": 1,
+        "no_latency_target": 2,
+    }
+    shared = next(f for f in data["drift"] if f["kind"] == "shared_operation")
+    assert shared["since"] == (scenario.start + timedelta(days=10)).isoformat().replace("+00:00", "Z")
+    table = CliRunner().invoke(main, ["analyze", *window, "--format", "table"])
+    assert table.exit_code == 0, table.output
+    assert "ARCHITECTURE DRIFT (last 14 days" in table.output
+    assert "nightly-summaries" in table.output
