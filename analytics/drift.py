@@ -43,7 +43,10 @@ from analytics.conventions import (
     IS_BOUNDARY,
     IS_COLD_MARKED,
     IS_HOT_ROOT,
+    IS_LLM,
+    KIND,
     MAYBE_BOUNDARY,
+    MAYBE_LLM,
     Conventions,
 )
 from collectors import TRACES_TABLE, inspect_traces
@@ -113,10 +116,14 @@ def span_paths_sql(table: str) -> str:
     the window's start), ``service``, ``name``, ``function`` (:data:`CODE_FUNCTION`), ``path`` ('hot'
     or 'cold') and ``duration_ns``.
 
-    Traces without a boundary span take their root's path (a hot root, or a root marked cold). A
-    trace holding a boundary is walked per trace in SQL: a span is cold when it or an ancestor is a
-    boundary (pointer jumping over the parent index, 64 levels), else hot when the trace has a hot
-    root; the rest (a scheduler's enqueue) is neither."""
+    Model calls are left out (a model reused on both paths is not shared code; analytics.llm_calls
+    reports their cold share). Traces without a boundary span take their root's path (a hot root, or
+    a root marked cold). A trace holding a boundary is walked per trace in SQL: a span is cold when it
+    or an ancestor is a boundary crossed through a queue — its parent a Producer span, or not in the
+    trace (a consumer linked to its producer) — found by pointer jumping over the parent index (64
+    levels); else hot when the trace has a hot root; the rest (a scheduler's enqueue) is neither. A
+    consumer span right under a request's own span is a task run eagerly (Celery's ``apply()``): it
+    crossed no queue, and stays on the hot path."""
     steps = []
     for k in range(1, _JUMPS + 1):
         steps.append(
@@ -141,24 +148,27 @@ SELECT cityHash64(TraceId) AS trace_key, {_DAY} AS day, toString(ServiceName) AS
        if(trace_key IN (SELECT * FROM hot_traces), 'hot', 'cold') AS path, toInt64(Duration) AS duration_ns
 FROM {table}
 WHERE {_WINDOW} AND cityHash64(TraceId) NOT IN (SELECT * FROM boundary_traces)
+  AND NOT ({MAYBE_LLM} AND {IS_LLM})
   AND (cityHash64(TraceId) IN (SELECT * FROM hot_traces)
        OR cityHash64(TraceId) IN (SELECT * FROM cold_traces))
 UNION ALL
 SELECT trace_key, span.1, span.2, span.3, span.4, if(cold, 'cold', 'hot'), span.5
 FROM (
     SELECT cityHash64(TraceId) AS trace_key, groupArray(SpanId) AS ids, groupArray(ParentSpanId) AS parents,
-           groupArray(toUInt8({IS_BOUNDARY})) AS below0,
-           groupArray(({_DAY}, toString(ServiceName), toString(SpanName), {CODE_FUNCTION}, toInt64(Duration)))
-               AS spans,
+           groupArray(toUInt8({IS_BOUNDARY})) AS boundary,
+           groupArray(toUInt8({KIND} = 'Producer')) AS producer,
+           groupArray(({_DAY}, toString(ServiceName), toString(SpanName), {CODE_FUNCTION}, toInt64(Duration),
+                       {MAYBE_LLM} AND {IS_LLM})) AS spans,
            max({IS_HOT_ROOT}) AS hot_trace,
            arrayMap(p -> indexOf(ids, p), parents) AS a1,
+           arrayMap((b, j) -> toUInt8(b AND (j = 0 OR producer[j] = 1)), boundary, a1) AS below0,
            {walk}
     FROM {table}
     WHERE {_WINDOW} AND cityHash64(TraceId) IN (SELECT * FROM boundary_traces)
     GROUP BY trace_key
 )
 ARRAY JOIN spans AS span, below{_JUMPS} AS cold
-WHERE cold OR hot_trace"""
+WHERE (cold OR hot_trace) AND NOT span.6"""
 
 
 def shared_calls_sql(table: str) -> str:
@@ -463,7 +473,10 @@ def _queues(queues: pl.DataFrame, days: int, conv: Conventions, day: Any) -> lis
         slope = _slope(recent)
         enq_then, enq_now = _edges([float(x) for x in enq], edge)
         done_then, done_now = _edges([float(x) for x in done], edge)
-        if not (enq_now > 0 and backlog[-1] > 0 and slope > conv.drift_backlog_growth * enq_now):
+        # Each of the last days enqueued more than it completed: jobs in flight at the window's end
+        # (a backlog on the last day alone) are not a trend.
+        grew = all(e > c for e, c in zip(enq[-edge:], done[-edge:], strict=True))
+        if not (grew and backlog[-1] > 0 and slope > conv.drift_backlog_growth * enq_now):
             continue
         # The trend began with the trailing run of days that enqueued more than they completed.
         first = days - 1

@@ -22,21 +22,24 @@ from tests.analytics.builders import DAY, T0, scenario_drift
 
 def _paths(spans: list[SpanRow]) -> dict[str, str]:
     """span_id → 'hot' / 'cold' / '' by walking the generated traces in Python: the oracle the SQL
-    walk is checked against (hot root, root marked cold, anything below a Consumer span is cold)."""
+    walk is checked against: hot root, root marked cold, anything at or below a Consumer span that a
+    queue delivered (its parent a Producer, or no parent) is cold; model calls are not functions."""
     by_id = {s.span_id: s for s in spans}
     roots = {s.trace_id: s for s in spans if not s.parent_span_id}
     out = {}
     for s in spans:
         node, below = s, False
         while True:
-            if node.kind == "Consumer":
-                below = True
             parent = by_id.get(node.parent_span_id) if node.parent_span_id else None
+            if node.kind == "Consumer" and (parent is None or parent.kind == "Producer"):
+                below = True
             if parent is None:
                 break
             node = parent
         root = roots.get(s.trace_id)
-        if below:
+        if "gen_ai.operation.name" in s.attributes:
+            out[s.span_id] = ""
+        elif below:
             out[s.span_id] = "cold"
         elif root is not None and root.kind == "Server":
             out[s.span_id] = "hot"
@@ -127,6 +130,9 @@ def test_the_sql_walk_puts_a_workers_call_below_its_consumer_on_the_cold_side(st
         (s.name, paths[s.span_id]) for s in scenario.spans if paths[s.span_id] and s.start_ns < end
     )
     assert got == expected
+    # A task run eagerly inside the request is on its hot path.
+    assert got[("run/summarise", "hot")] == 4 * 30 and got[("run/summarise", "cold")] == 0
+    assert got[("summarise_document", "hot")] == 4 * 60
     # The Celery-style worker's call sits in the request's trace, yet is cold work.
     assert got[("render_report", "hot")] == 0
     assert got[("render_report", "cold")] == 14 * 5 + 7 * 40
