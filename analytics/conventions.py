@@ -202,6 +202,8 @@ class Conventions:
     # seed of the draws from the observed call latencies.
     what_if_fallback_ms: float = 50.0
     what_if_delays_ms: tuple[float, ...] = ()
+    # The extra tokens (a share of the operation's) the hedge with the lowest p99 may cost.
+    what_if_max_extra_tokens: float = 0.1
     what_if_seed: int = 0
 
     # --- slices (analytics.slices) ---------------------------------------------------------
@@ -351,6 +353,7 @@ class Conventions:
             "slice_min_abandonment_delta",
             "what_if_fallback_ms",
             "drift_backlog_growth",
+            "what_if_max_extra_tokens",
         ):
             if getattr(self, name) < 0:
                 raise ConventionsError(f"conventions: {name} must not be negative")

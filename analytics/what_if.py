@@ -55,7 +55,14 @@ from analytics._common import empty
 from analytics.boundary import _count_over, _p99, _weights, budget_for, union_ns_per_row
 from analytics.conventions import Conventions
 
-__all__ = ["WHAT_IF_CALLS_SCHEMA", "WHAT_IF_SCHEMA", "WhatIfOption", "what_if", "with_cheapest_option"]
+__all__ = [
+    "HEDGE_QUANTILES",
+    "WHAT_IF_CALLS_SCHEMA",
+    "WHAT_IF_SCHEMA",
+    "WhatIfOption",
+    "what_if",
+    "with_cheapest_option",
+]
 
 WhatIfOption = Literal["hedge", "timeout_fallback", "route_model", "move_off_hot_path"]
 
@@ -94,6 +101,17 @@ def _pools(calls: pl.DataFrame) -> dict[str, np.ndarray]:
     for (key,), part in calls.group_by("_model"):
         out[str(key)] = np.sort(part["_latency_ms"].to_numpy())
     return out
+
+
+# The delays tried for the hedge with the lowest p99 within the extra-token budget: each call's
+# provider/model quantile q of its observed latencies.
+HEDGE_QUANTILES = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
+
+
+def _model_quantile(models: pl.Series, pools: dict[str, np.ndarray], q: float) -> np.ndarray:
+    """Per call: its provider/model's quantile ``q`` (type 7) of the observed latencies."""
+    at = {key: float(np.quantile(pool, q, method="linear")) for key, pool in pools.items()}
+    return np.array([at[m] for m in models.to_list()], dtype=np.float64)
 
 
 def _draws(calls: pl.DataFrame, pools: dict[str, np.ndarray], key_of: pl.Series, seed: int) -> np.ndarray:
@@ -192,6 +210,134 @@ def _row(
     }
 
 
+def _operation_rows(
+    service: str,
+    operation: str,
+    group: pl.DataFrame,
+    op_calls: pl.DataFrame,
+    pools: dict[str, np.ndarray],
+    cliffs: dict[tuple[str, str], Any],
+    per_day: float,
+    conv: Conventions,
+) -> list[dict[str, Any]]:
+    """The :data:`WHAT_IF_SCHEMA` rows of one operation: its requests (``group``, with ``_row``) and
+    their calls (``op_calls``, in draw order)."""
+    rows: list[dict[str, Any]] = []
+    weights = _weights(group)
+    call_w = op_calls["weight"].to_numpy()
+    latency = op_calls["_latency_ms"].to_numpy()
+    tokens = op_calls["tokens"].fill_null(0).to_numpy().astype(np.float64)
+    total_tokens = float((tokens * call_w).sum())
+    budget, _ = budget_for(service, operation, cliffs.get((service, operation)), conv)
+    p99_now = _p99(group["duration_ms"].to_numpy(), weights)
+    models = op_calls["_model"]
+
+    op = _Operation(
+        service, operation, group.height, budget, weights, op_calls["weight"].to_numpy(), p99_now, per_day
+    )
+
+    second = _draws(op_calls, pools, models, conv.what_if_seed)
+
+    def hedge(delay: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+        """(new latencies, calls over T, extra tokens ratio — the extra calls ratio when the
+        calls report no tokens) of a hedge at ``delay``."""
+        over = latency > delay
+        new = _new_latency(group, op_calls, np.where(over, np.minimum(latency, delay + second), latency))
+        if total_tokens == 0:
+            return new, over, float((call_w * over).sum() / call_w.sum())
+        return new, over, float((tokens * call_w * over).sum()) / total_tokens
+
+    hedge_assumption = (
+        f"second request at T, {_INDEPENDENT}; each hedged call's tokens paid twice; no extra 429s"
+    )
+    # Delays: each call's own model p95, then the configured ones.
+    delays: list[tuple[str, np.ndarray]] = [("T=p95", _model_quantile(models, pools, 0.95))]
+    delays += [(f"T={d:g}ms", np.full(op_calls.height, d)) for d in conv.what_if_delays_ms]
+    for label, delay in delays:
+        over_t = latency > delay
+        new, _, extra_tokens = hedge(delay)
+        rows.append(
+            _row(
+                op,
+                "hedge",
+                label,
+                new,
+                over_t.astype(np.float64),
+                None if total_tokens == 0 else extra_tokens,
+                hedge_assumption,
+            )
+        )
+        fallback = np.where(over_t, delay + conv.what_if_fallback_ms, latency)
+        rows.append(
+            _row(
+                op,
+                "timeout_fallback",
+                f"{label} F={conv.what_if_fallback_ms:g}ms",
+                _new_latency(group, op_calls, fallback),
+                None,
+                0.0,
+                f"calls over T answered by a fallback (a cache read) of "
+                f"{conv.what_if_fallback_ms:g} ms; its answer is good enough",
+            )
+        )
+    # The delay (each model's quantile q of the grid) with the lowest p99 whose extra tokens stay
+    # within what_if_max_extra_tokens; the lowest q on a tie.
+    best: tuple[float, float, np.ndarray, np.ndarray, float] | None = None
+    for q in HEDGE_QUANTILES:
+        new, over_t, extra_tokens = hedge(_model_quantile(models, pools, q))
+        if extra_tokens <= conv.what_if_max_extra_tokens:
+            p99 = _p99(new, weights)
+            if best is None or p99 < best[0]:
+                best = (p99, q, new, over_t, extra_tokens)
+    if best is not None:
+        _, q, new, over_t, extra_tokens = best
+        rows.append(
+            _row(
+                op,
+                "hedge",
+                f"T=p{round(q * 100)} best≤{conv.what_if_max_extra_tokens:.0%} tokens",
+                new,
+                over_t.astype(np.float64),
+                None if total_tokens == 0 else extra_tokens,
+                hedge_assumption,
+            )
+        )
+    seen = sorted(set(models.to_list()))
+    if len(seen) > 1:
+        for target in seen:
+            routed = np.where(
+                (models == target).to_numpy(),
+                latency,
+                _draws(op_calls, pools, pl.Series([target] * op_calls.height), conv.what_if_seed),
+            )
+            rows.append(
+                _row(
+                    op,
+                    "route_model",
+                    target,
+                    _new_latency(group, op_calls, routed),
+                    None,
+                    0.0,
+                    f"every other model's calls take {target}'s latency ({_INDEPENDENT}); "
+                    "same tokens, same answers",
+                )
+            )
+    without = group["without_sync_llm_ms"].to_numpy()
+    rows.append(
+        _row(
+            op,
+            "move_off_hot_path",
+            f"replacement={conv.sync_llm_replacement_ms:g}ms",
+            without,
+            None,
+            0.0,
+            "the boundary's counterfactual: the calls run off the request, each replaced by "
+            f"{conv.sync_llm_replacement_ms:g} ms",
+        )
+    )
+    return rows
+
+
 def what_if(
     requests: pl.DataFrame,
     calls: pl.DataFrame,
@@ -230,7 +376,6 @@ def what_if(
         .sort("start_ns", "end_ns", "trace_key")
     )
     pools = _pools(every_call)
-    p95 = {key: float(np.quantile(pool, 0.95, method="linear")) for key, pool in pools.items()}
     rows: list[dict[str, Any]] = []
     for (service, operation), group in sorted(
         requests.partition_by("service", "operation", as_dict=True).items(), key=lambda kv: kv[0]
@@ -242,86 +387,7 @@ def what_if(
         ).join(group.select("trace_key", "_row"), on="trace_key", how="inner", maintain_order="left")
         if op_calls.is_empty():
             continue
-        weights = _weights(group)
-        call_w = op_calls["weight"].to_numpy()
-        latency = op_calls["_latency_ms"].to_numpy()
-        tokens = op_calls["tokens"].fill_null(0).to_numpy().astype(np.float64)
-        total_tokens = float((tokens * call_w).sum())
-        budget, _ = budget_for(service, operation, cliffs.get((service, operation)), conv)
-        p99_now = _p99(group["duration_ms"].to_numpy(), weights)
-        models = op_calls["_model"]
-
-        op = _Operation(
-            service, operation, group.height, budget, weights, op_calls["weight"].to_numpy(), p99_now, per_day
-        )
-
-        # Delays: each call's own model p95, then the configured ones.
-        delays: list[tuple[str, np.ndarray]] = [
-            ("T=p95", np.array([p95[m] for m in models.to_list()], dtype=np.float64))
-        ]
-        delays += [(f"T={d:g}ms", np.full(op_calls.height, d)) for d in conv.what_if_delays_ms]
-        for label, delay in delays:
-            over_t = latency > delay
-            second = _draws(op_calls, pools, models, conv.what_if_seed)
-            hedged = np.where(over_t, np.minimum(latency, delay + second), latency)
-            rows.append(
-                _row(
-                    op,
-                    "hedge",
-                    label,
-                    _new_latency(group, op_calls, hedged),
-                    over_t.astype(np.float64),
-                    None if total_tokens == 0 else float((tokens * call_w * over_t).sum()) / total_tokens,
-                    f"second request at T, {_INDEPENDENT}; each hedged call's tokens paid twice; "
-                    "no extra 429s",
-                )
-            )
-            fallback = np.where(over_t, delay + conv.what_if_fallback_ms, latency)
-            rows.append(
-                _row(
-                    op,
-                    "timeout_fallback",
-                    f"{label} F={conv.what_if_fallback_ms:g}ms",
-                    _new_latency(group, op_calls, fallback),
-                    None,
-                    0.0,
-                    f"calls over T answered by a fallback (a cache read) of "
-                    f"{conv.what_if_fallback_ms:g} ms; its answer is good enough",
-                )
-            )
-        seen = sorted(set(models.to_list()))
-        if len(seen) > 1:
-            for target in seen:
-                routed = np.where(
-                    (models == target).to_numpy(),
-                    latency,
-                    _draws(op_calls, pools, pl.Series([target] * op_calls.height), conv.what_if_seed),
-                )
-                rows.append(
-                    _row(
-                        op,
-                        "route_model",
-                        target,
-                        _new_latency(group, op_calls, routed),
-                        None,
-                        0.0,
-                        f"every other model's calls take {target}'s latency ({_INDEPENDENT}); "
-                        "same tokens, same answers",
-                    )
-                )
-        without = group["without_sync_llm_ms"].to_numpy()
-        rows.append(
-            _row(
-                op,
-                "move_off_hot_path",
-                f"replacement={conv.sync_llm_replacement_ms:g}ms",
-                without,
-                None,
-                0.0,
-                "the boundary's counterfactual: the calls run off the request, each replaced by "
-                f"{conv.sync_llm_replacement_ms:g} ms",
-            )
-        )
+        rows += _operation_rows(service, operation, group, op_calls, pools, cliffs, per_day, conv)
     if not rows:
         return empty(WHAT_IF_SCHEMA)
     return pl.DataFrame(rows, schema=WHAT_IF_SCHEMA)
