@@ -7,7 +7,9 @@ Each request keeps its other time; only its synchronous model calls change:
 * ``hedge`` at delay T (default: the call's provider/model p95 over the rows read; also each of
   ``Conventions.what_if_delays_ms``): a call of latency X₁ becomes min(X₁, T + X₂), X₂ drawn from
   the same provider/model's observed synchronous call latencies. Each call over T sends a second
-  request: extra calls are exactly those over T.
+  request: extra calls are exactly those over T. Beside them, the delay of :data:`HEDGE_QUANTILES`
+  (each model's quantile q) with the lowest p99 whose extra tokens stay within
+  ``what_if_max_extra_tokens``.
 * ``timeout_fallback`` at T (the same delays): a call over T becomes T + F, F =
   ``what_if_fallback_ms`` (50 ms, a cache read), no extra call.
 * ``route_model`` to each other provider/model seen on the operation's synchronous calls: the
