@@ -592,6 +592,7 @@ def analyze(
             current.join(recent.select("trace_key"), on="trace_key", how="semi", maintain_order="left"),
             what_if_calls,
             buckets_summary,
+            buckets,
             (windows.end - since).total_seconds(),
             conv,
         )
@@ -897,7 +898,8 @@ class _FromSummaries:
             ).select("trace_key")
             current = self._current.join(recent, on="trace_key", how="semi", maintain_order="left")
         calls = self.inputs.sync_calls(since, w.end + self.conv.trace_margin)
-        return what_if(current, calls, self._buckets[1], (w.end - since).total_seconds(), self.conv)
+        buckets, buckets_summary = self._buckets
+        return what_if(current, calls, buckets_summary, buckets, (w.end - since).total_seconds(), self.conv)
 
     @cached_property
     def cold_path(self) -> pl.DataFrame:

@@ -37,7 +37,9 @@ its second request.
 
 **Figures** per (service, operation, option, parameter): ``p99_ms`` of the new latencies (weighted
 when sampled, as the boundary), ``p99_delta_ms`` against the same requests' p99, requests at or over
-the budget (:func:`analytics.boundary.budget_for`) per day, ``extra_calls_ratio`` (extra model
+the budget (:func:`analytics.boundary.budget_for`) per day, abandoned requests a day saved (the
+boundary's rule, :func:`analytics.boundary._saved_per_day`, on the window's abandonment curve),
+``extra_calls_ratio`` (extra model
 requests / synchronous calls), ``extra_tokens_ratio`` (hedge: each call over T is charged its tokens
 again — the second request sends the same input and is assumed to run to its end; the store keeps
 one token total per call, so the input-only lower bound cannot be told apart), and
@@ -54,7 +56,7 @@ import numpy as np
 import polars as pl
 
 from analytics._common import empty
-from analytics.boundary import _count_over, _p99, _weights, budget_for, union_ns_per_row
+from analytics.boundary import _count_over, _p99, _saved_per_day, _weights, budget_for, union_ns_per_row
 from analytics.conventions import Conventions
 
 __all__ = [
@@ -78,6 +80,7 @@ WHAT_IF_SCHEMA: dict[str, Any] = {
     "p99_ms": pl.Float64,
     "p99_delta_ms": pl.Float64,  # against the same requests' p99
     "requests_over_budget": pl.Float64,  # per day; null without a budget
+    "abandoned_saved_per_day": pl.Float64,  # from the abandonment curve; null when nobody abandoned
     "extra_calls_ratio": pl.Float64,
     "extra_tokens_ratio": pl.Float64,  # null when the calls report no tokens
     "extra_cost_per_day": pl.Float64,  # null: no price table
@@ -166,7 +169,9 @@ def _new_latency(requests: pl.DataFrame, calls: pl.DataFrame, new_ms: np.ndarray
 
     delta_ms = (union(new_s, new_e) - union(start, end)) / 1e6
     floor = -requests["sync_llm_ms"].to_numpy()
-    return duration + np.maximum(delta_ms, floor)
+    # In whole nanoseconds, as spans are: a new latency on a bucket's edge (a fallback's T + F) then
+    # falls in that bucket, not a float's width below it.
+    return np.round(duration + np.maximum(delta_ms, floor), 6)
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,9 @@ class _Operation:
     call_weights: np.ndarray  # per call, its request's weight
     p99_now: float
     per_day: float
+    latency_now: np.ndarray  # per request, ms
+    curve: pl.DataFrame  # the operation's abandonment buckets (lo_ms, rate, abandoned)
+    bucket_ms: int
 
 
 def _row(
@@ -194,6 +202,9 @@ def _row(
 ) -> dict[str, Any]:
     p99 = _p99(new_latency, op.weights)
     over = None if op.budget is None else _count_over(new_latency, op.budget, op.weights) * op.per_day
+    saved = _saved_per_day(
+        op.latency_now, new_latency, op.curve, op.bucket_ms, op.per_day, op.weights, op.weights
+    )
     w = op.call_weights
     return {
         "service": op.service,
@@ -205,6 +216,7 @@ def _row(
         "p99_ms": p99,
         "p99_delta_ms": p99 - op.p99_now,
         "requests_over_budget": over,
+        "abandoned_saved_per_day": saved,
         "extra_calls_ratio": 0.0 if extra_calls is None else float((w * extra_calls).sum() / w.sum()),
         "extra_tokens_ratio": extra_tokens,
         "extra_cost_per_day": None,
@@ -219,11 +231,12 @@ def _operation_rows(
     op_calls: pl.DataFrame,
     pools: dict[str, np.ndarray],
     cliffs: dict[tuple[str, str], Any],
+    curve: pl.DataFrame,
     per_day: float,
     conv: Conventions,
 ) -> list[dict[str, Any]]:
-    """The :data:`WHAT_IF_SCHEMA` rows of one operation: its requests (``group``, with ``_row``) and
-    their calls (``op_calls``, in draw order)."""
+    """The :data:`WHAT_IF_SCHEMA` rows of one operation: its requests (``group``, with ``_row``),
+    their calls (``op_calls``, in draw order) and its abandonment buckets (``curve``)."""
     rows: list[dict[str, Any]] = []
     weights = _weights(group)
     call_w = op_calls["weight"].to_numpy()
@@ -231,11 +244,21 @@ def _operation_rows(
     tokens = op_calls["tokens"].fill_null(0).to_numpy().astype(np.float64)
     total_tokens = float((tokens * call_w).sum())
     budget, _ = budget_for(service, operation, cliffs.get((service, operation)), conv)
-    p99_now = _p99(group["duration_ms"].to_numpy(), weights)
+    latency_now = group["duration_ms"].to_numpy()
     models = op_calls["_model"]
 
     op = _Operation(
-        service, operation, group.height, budget, weights, op_calls["weight"].to_numpy(), p99_now, per_day
+        service,
+        operation,
+        group.height,
+        budget,
+        weights,
+        call_w,
+        _p99(latency_now, weights),
+        per_day,
+        latency_now,
+        curve,
+        conv.bucket_ms,
     )
 
     second = _draws(op_calls, pools, models, conv.what_if_seed)
@@ -344,13 +367,15 @@ def what_if(
     requests: pl.DataFrame,
     calls: pl.DataFrame,
     abandonment_summary: pl.DataFrame,
+    abandonment_buckets: pl.DataFrame,
     seconds: float,
     conventions: Conventions,
 ) -> pl.DataFrame:
     """:data:`WHAT_IF_SCHEMA` rows from the :func:`analytics.boundary.counterfactual` requests
     simulated (those of the window's most recent ``exact_horizon``), their synchronous calls
-    (:data:`WHAT_IF_CALLS_SCHEMA`), the abandonment summary (cliffs, for the budgets) and the
-    length of time the requests cover. Operations without a synchronous call get no row. Pure."""
+    (:data:`WHAT_IF_CALLS_SCHEMA`), the abandonment summary (cliffs, for the budgets) and buckets
+    (the curve, over the whole window: for the abandoned requests saved) and the length of time the
+    requests cover. Operations without a synchronous call get no row. Pure."""
     if requests.is_empty() or calls.is_empty() or seconds <= 0:
         return empty(WHAT_IF_SCHEMA)
     conv = conventions
@@ -358,6 +383,15 @@ def what_if(
     cliffs = {
         (str(s), str(o)): c
         for s, o, c in abandonment_summary.select("service", "operation", "cliff_ms").rows()
+    }
+    no_curve = empty({"lo_ms": pl.Int64, "rate": pl.Float64, "abandoned": pl.Int64})
+    curves = {
+        (str(key[0]), str(key[1])): curve
+        for key, curve in (
+            abandonment_buckets.partition_by("service", "operation", as_dict=True)
+            if not abandonment_buckets.is_empty()
+            else {}
+        ).items()
     }
     requests = requests.with_columns(pl.col("weight").fill_null(1.0))
     every_call = (
@@ -389,7 +423,8 @@ def what_if(
         ).join(group.select("trace_key", "_row"), on="trace_key", how="inner", maintain_order="left")
         if op_calls.is_empty():
             continue
-        rows += _operation_rows(service, operation, group, op_calls, pools, cliffs, per_day, conv)
+        curve = curves.get((service, operation), no_curve)
+        rows += _operation_rows(service, operation, group, op_calls, pools, cliffs, curve, per_day, conv)
     if not rows:
         return empty(WHAT_IF_SCHEMA)
     return pl.DataFrame(rows, schema=WHAT_IF_SCHEMA)

@@ -5,13 +5,16 @@ The expected figures are computed here from the spans the builder made, with thi
 the calls of a request run back to back after its internal work and the root ends with the last
 one, so each request's new latency is its duration minus its calls' latencies plus their new ones.
 The draws follow the rule docs/analytics.md states (a fresh ``default_rng(what_if_seed)`` per
-provider/model, the pool its sorted observed latencies, the calls in start order)."""
+provider/model, the pool its sorted observed latencies, the calls in start order). Users abandon
+every other request that took ``ABANDON_MS`` or more: the abandoned requests saved are read off that
+curve (per 500 ms bucket) here too."""
 
 from __future__ import annotations
 
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -31,6 +34,8 @@ INTERNAL_MS = 300.0
 BUDGET_MS = 1500.0
 MAIN, SECOND = "openai/gpt-4o", "openai/gpt-4o-mini"
 WINDOW_S = 3600.0
+ABANDON_MS = 2000.0
+BUCKET_MS = 500
 GRID = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
 
 
@@ -50,6 +55,7 @@ class Request:
     start_ns: int
     duration_ms: float
     calls: tuple[Call, ...]
+    abandoned: bool
 
 
 def _spans(requests: int = 1500, seed: int = 37) -> list[SpanRow]:
@@ -65,14 +71,16 @@ def _spans(requests: int = 1500, seed: int = 37) -> list[SpanRow]:
             llm = rng.lognormal(math.log(250.0), 0.5, size=calls)
         else:
             llm = rng.lognormal(math.log(500.0), 0.9, size=calls)
+        llm_ms = [round(float(x), 3) for x in llm]
         spans += hot_request(
             SERVICE,
             OPERATION,
             at(i * step_s + 0.5),
             0.0,
-            llm_ms=[round(float(x), 3) for x in llm],
+            llm_ms=llm_ms,
             internal=[("retrieve", INTERNAL_MS)],
             model="gpt-4o-mini" if mini else "gpt-4o",
+            abandoned=i % 2 == 0 and INTERNAL_MS + sum(llm_ms) >= ABANDON_MS,
         )
     return spans
 
@@ -87,7 +95,12 @@ def _requests(spans: list[SpanRow], since_ns: int) -> list[Request]:
             model = f"{system}/{s.attributes['gen_ai.request.model']}"
             calls[s.parent_span_id].append(Call(s.start_ns, s.start_ns + s.duration_ns, model))
     return [
-        Request(r.start_ns, r.duration_ns / MS, tuple(sorted(calls[r.span_id], key=lambda c: c.start_ns)))
+        Request(
+            r.start_ns,
+            r.duration_ns / MS,
+            tuple(sorted(calls[r.span_id], key=lambda c: c.start_ns)),
+            r.attributes.get("tailwatch.abandoned") == "true",
+        )
         for r in roots.values()
         if r.start_ns >= since_ns
     ]
@@ -105,9 +118,30 @@ def _draw_pools(requests: list[Request]) -> tuple[list[Call], dict[str, np.ndarr
     return ordered, {m: np.sort(np.array(v)) for m, v in pools.items()}
 
 
-def _expected(requests: list[Request], conv: Conventions) -> dict[tuple[str, str], dict[str, float]]:
-    """(option, parameter) → p99, requests over budget a day, extra calls ratio, from the spans."""
+def _abandon_rate(window: list[Request]) -> Callable[[float], float]:
+    """The abandonment curve of the window's requests: a latency's 500 ms bucket's rate, a bucket
+    nobody fell in taking that of the nearest observed bucket below (the fastest when none is)."""
+    counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for r in window:
+        counts[int(r.duration_ms // BUCKET_MS)][0] += 1
+        counts[int(r.duration_ms // BUCKET_MS)][1] += r.abandoned
+    observed = sorted(counts)
+
+    def rate(ms: float) -> float:
+        below = [b for b in observed if b <= ms // BUCKET_MS]
+        n, a = counts[below[-1] if below else observed[0]]
+        return a / n
+
+    return rate
+
+
+def _expected(
+    requests: list[Request], window: list[Request], conv: Conventions
+) -> dict[tuple[str, str], dict[str, float]]:
+    """(option, parameter) → p99, requests over budget and abandoned requests saved a day, extra
+    calls ratio, from the spans (``window``: every request of the analysed window, for the curve)."""
     ordered, pools = _draw_pools(requests)
+    rate = _abandon_rate(window)
     per_day = 86400.0 / min(WINDOW_S, conv.exact_horizon.total_seconds())
     p95 = {m: float(np.quantile(pool, 0.95, method="linear")) for m, pool in pools.items()}
 
@@ -121,10 +155,13 @@ def _expected(requests: list[Request], conv: Conventions) -> dict[tuple[str, str
         second.update(draws(model, [c for c in ordered if c.model == model]))
 
     def figures(new: dict[Call, float], extra: int = 0) -> dict[str, float]:
-        latency = [r.duration_ms + sum(new[c] - c.ms for c in r.calls) for r in requests]
+        # In whole nanoseconds, as span times are.
+        latency = [round(r.duration_ms + sum(new[c] - c.ms for c in r.calls), 6) for r in requests]
         return {
             "p99": _p99(latency),
             "over": sum(v >= BUDGET_MS for v in latency) * per_day,
+            "saved": sum(rate(r.duration_ms) - rate(v) for r, v in zip(requests, latency, strict=True))
+            * per_day,
             "extra_calls": extra / len(ordered),
         }
 
@@ -164,8 +201,10 @@ def _expected(requests: list[Request], conv: Conventions) -> dict[tuple[str, str
     return out
 
 
-def _check(analysis_rows: list[dict[str, Any]], requests: list[Request], conv: Conventions) -> None:
-    expected = _expected(requests, conv)
+def _check(
+    analysis_rows: list[dict[str, Any]], requests: list[Request], window: list[Request], conv: Conventions
+) -> None:
+    expected = _expected(requests, window, conv)
     rows = {(r["option"], r["parameter"]): r for r in analysis_rows}
     assert set(rows) == set(expected)
     now = _p99([r.duration_ms for r in requests])
@@ -178,6 +217,7 @@ def _check(analysis_rows: list[dict[str, Any]], requests: list[Request], conv: C
         assert got["p99_ms"] == pytest.approx(want["p99"], abs=1e-4), key
         assert got["p99_delta_ms"] == pytest.approx(want["p99"] - now, abs=1e-4), key
         assert got["requests_over_budget"] == pytest.approx(want["over"], rel=1e-12), key
+        assert got["abandoned_saved_per_day"] == pytest.approx(want["saved"], rel=1e-9, abs=1e-6), key
         if key[0] == "hedge":
             # Exactly the calls over T send a second request.
             assert got["extra_calls_ratio"] == want["extra_calls"], key
@@ -190,6 +230,7 @@ def _check(analysis_rows: list[dict[str, Any]], requests: list[Request], conv: C
     # The options mean something on this data: hedging and cutting at p95 shorten the tail.
     assert rows["hedge", "T=p95"]["p99_delta_ms"] < 0
     assert rows["timeout_fallback", "T=p95 F=50ms"]["p99_delta_ms"] < 0
+    assert rows["hedge", "T=p95"]["abandoned_saved_per_day"] > 0
 
 
 def _conventions(**kwargs: Any) -> Conventions:
@@ -205,7 +246,7 @@ def test_what_if_matches_the_per_request_rule(store: Store) -> None:
     conv = _conventions()
     analysis = analyze(store, dt(at(0)), dt(at(WINDOW_S)), use_summaries=False, conventions=conv)
     data = json.loads(analysis.to_json())
-    _check(data["what_if"], _requests(spans, at(0)), conv)
+    _check(data["what_if"], _requests(spans, at(0)), _requests(spans, at(0)), conv)
     assert "WHAT IF" in render_table(data) and "route_model" in render_table(data)
     # The boundary's counterfactual is the same figure.
     [boundary] = data["boundary"]
@@ -214,7 +255,7 @@ def test_what_if_matches_the_per_request_rule(store: Store) -> None:
     # The recommendation names the cheapest option under budget: fewest extra tokens (a hedge pays
     # its calls over T again), then calls, then the least to build, then the lowest p99.
     effort = ["timeout_fallback", "route_model", "hedge", "move_off_hot_path"]
-    expected = _expected(_requests(spans, at(0)), conv)
+    expected = _expected(_requests(spans, at(0)), _requests(spans, at(0)), conv)
     under = [(k, v) for k, v in expected.items() if v["p99"] < BUDGET_MS]
     (option, parameter), _ = min(
         under,
@@ -237,5 +278,7 @@ def test_what_if_reads_the_most_recent_exact_horizon_from_summaries(store: Store
     summarised = analyze(store, start, end, conventions=conv)
     full = analyze(store, start, end, use_summaries=False, conventions=conv)
     since = at(WINDOW_S - conv.exact_horizon.total_seconds())
-    _check(json.loads(summarised.to_json())["what_if"], _requests(spans, since), conv)
+    _check(
+        json.loads(summarised.to_json())["what_if"], _requests(spans, since), _requests(spans, at(0)), conv
+    )
     assert_frame_equal(summarised.what_if, full.what_if)
