@@ -44,7 +44,7 @@ from slo_rules.kinds import Candidate, Context, candidates
 from slo_rules.lifecycle import GONE, Changes, advance_alerts
 from slo_rules.notifiers import AlertmanagerConfig, Notification, NotifierConfig
 from slo_rules.outbox import enqueue
-from slo_rules.rules import RuleSet
+from slo_rules.rules import LatencySloRule, RuleSet
 from slo_rules.schema import ALERT_STATE_TABLE, EVALUATIONS_TABLE
 from slo_rules.schema import MIGRATIONS as RULES_MIGRATIONS
 from slo_rules.source import AnalyticsSource, DataSource, WindowKey
@@ -222,7 +222,8 @@ def evaluate_with(
     url = (dashboard_url or DEFAULT_DASHBOARD_URL).rstrip("/") if dashboard_links else ""
     ensure_schema(store, RULES_MIGRATIONS)
     previous = load_states(store, rules.names())
-    ctx = Context(source, as_utc(at), url or None, trace_url, previous)
+    targets = tuple((r.service, r.operation) for r in rules.rules if isinstance(r, LatencySloRule))
+    ctx = Context(source, as_utc(at), url or None, trace_url, previous, targets)
     result = EvaluationResult(at=ctx.at, dry_run=dry_run)
     found, failed = _candidates(rules, ctx, result.errors)
     changes = advance_alerts(

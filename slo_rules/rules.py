@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_RULES_PATH",
     "AbandonmentRule",
     "AnyRule",
+    "ArchitectureDriftRule",
     "BurnRateTier",
     "ColdPathStarvationRule",
     "LatencySloRule",
@@ -78,6 +79,7 @@ RuleKind = Literal[
     "abandonment",
     "retry_amplification",
     "slice_regression",
+    "architecture_drift",
 ]
 RULE_KINDS: tuple[str, ...] = RuleKind.__args__  # type: ignore[attr-defined]
 
@@ -331,6 +333,51 @@ class SliceRegressionRule(_RuleBase, _HotSelector):
         )
 
 
+DriftKind = Literal["shared_operation", "batch_shrinking", "queue_unbounded", "no_latency_target"]
+
+
+class ArchitectureDriftRule(_RuleBase, _HotSelector):
+    """A batch job drifting into an online service (analytics.drift): one alert per finding of the
+    drift report over ``window`` (whole days, by day) ending at the evaluation.
+
+    The ``kind`` label names the finding's kind; ``service``/``operation`` select the findings about
+    functions, runs and hot operations, ``queue`` those about queues. A hot operation counts as
+    having a latency target when a ``latency_slo`` rule of the same rule set selects it (or the
+    conventions give it a latency budget).
+    """
+
+    kind: Literal["architecture_drift"]
+    queue: Glob = "*"
+    window: Duration = timedelta(days=14)
+    kinds: tuple[DriftKind, ...] = (
+        "shared_operation",
+        "batch_shrinking",
+        "queue_unbounded",
+        "no_latency_target",
+    )
+
+    @model_validator(mode="after")
+    def _whole_days(self) -> ArchitectureDriftRule:
+        if self.window % timedelta(days=1) or self.window < timedelta(days=2):
+            raise ValueError(f"window must be whole days, at least 2d, got {format_duration(self.window)}")
+        if not self.kinds:
+            raise ValueError("kinds needs at least one kind of drift")
+        if "kind" in self.labels:
+            raise ValueError("label 'kind' is set by the rule engine; choose another label name")
+        return self
+
+    @property
+    def days(self) -> int:
+        return self.window // timedelta(days=1)
+
+    def selects_finding(self, kind: str, service: str, operation: str, queue: str) -> bool:
+        if kind not in self.kinds:
+            return False
+        if queue:
+            return fnmatch.fnmatchcase(queue, self.queue)
+        return self.selects(service, operation)
+
+
 AnyRule: TypeAlias = (
     LatencySloRule
     | P99RegressionRule
@@ -339,6 +386,7 @@ AnyRule: TypeAlias = (
     | AbandonmentRule
     | RetryAmplificationRule
     | SliceRegressionRule
+    | ArchitectureDriftRule
 )
 # The schema of one list entry: ``kind`` selects the model.
 Rule: TypeAlias = Annotated[AnyRule, Field(discriminator="kind")]

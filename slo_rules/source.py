@@ -16,12 +16,25 @@ from typing import Protocol
 
 import polars as pl
 
-from analytics import Analysis, Conventions, analyze, latency_good_total, persist_analysis
+from analytics import (
+    Analysis,
+    Conventions,
+    DriftFinding,
+    analyze,
+    drift_report,
+    latency_good_total,
+    persist_analysis,
+)
 from storage import Store
 
 __all__ = ["AnalyticsSource", "DataSource"]
 
 WindowKey = tuple[datetime, datetime, datetime | None, datetime | None]
+
+
+# The drift reports read lately (oldest first), shared by the evaluations of one process.
+_DRIFT_REPORTS: dict[tuple[object, ...], list[DriftFinding]] = {}
+_DRIFT_REPORTS_KEPT = 8
 
 
 class DataSource(Protocol):
@@ -84,6 +97,22 @@ class AnalyticsSource:
                 self.store, start, end, threshold_ms, conventions=self.conventions
             )
         return self._good_total[key]
+
+    def drift(
+        self, end: datetime, days: int, covered: tuple[tuple[str, str], ...] = ()
+    ) -> list[DriftFinding]:
+        """The architecture drift report of the ``days`` days before ``end`` (analytics.drift),
+        ``covered`` the (service, operation) globs with a latency target.
+
+        The report reads days of raw spans and moves by the day: ``end`` is taken on the hour, and
+        the report is read once an hour per store, not at every evaluation."""
+        end = end.replace(minute=0, second=0, microsecond=0)
+        key = (self.store.dsn, end, days, covered, repr(self.conventions))
+        if key not in _DRIFT_REPORTS:
+            while len(_DRIFT_REPORTS) >= _DRIFT_REPORTS_KEPT:
+                del _DRIFT_REPORTS[next(iter(_DRIFT_REPORTS))]
+            _DRIFT_REPORTS[key] = drift_report(self.store, end, self.conventions, days=days, covered=covered)
+        return _DRIFT_REPORTS[key]
 
     def run_id(
         self,

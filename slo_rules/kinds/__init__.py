@@ -11,6 +11,7 @@ from typing import Any
 
 from slo_rules.kinds import (
     abandonment,
+    architecture_drift,
     cold_path_starvation,
     latency_slo,
     p99_regression,
@@ -35,6 +36,7 @@ EVALUATORS: Mapping[RuleKind, Evaluator] = {
     "abandonment": abandonment.candidates,
     "retry_amplification": retry_amplification.candidates,
     "slice_regression": slice_regression.candidates,
+    "architecture_drift": architecture_drift.candidates,
 }
 
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from analytics import Analysis
+from analytics import Analysis, DriftFinding
 from slo_rules.annotate import attribution_annotations
 from slo_rules.links import trace_links
 from slo_rules.rules import AnyRule
@@ -73,6 +73,13 @@ class _Reads:
     def good_total(self, start: datetime, end: datetime, threshold_ms: float) -> pl.DataFrame:
         return self.inner.good_total(start, end, threshold_ms)
 
+    def drift(
+        self, end: datetime, days: int, covered: tuple[tuple[str, str], ...] = ()
+    ) -> list[DriftFinding] | None:
+        """The drift report, or ``None`` from a data source that has none (a test's fixed frames)."""
+        read = getattr(self.inner, "drift", None)
+        return None if read is None else list(read(end, days, covered))
+
 
 class Context:
     """One evaluation: its instant, where the numbers come from, where the dashboards and the
@@ -88,8 +95,12 @@ class Context:
         dashboard_url: str | None,
         trace_url: str | None = None,
         previous: Mapping[str, AlertState] | None = None,
+        latency_targets: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self._reads = _Reads(source)
+        # (service glob, operation glob) of the rule set's latency_slo rules: the hot operations
+        # with a latency target (architecture_drift's no_latency_target).
+        self.latency_targets = latency_targets
         self.source: DataSource = self._reads
         self.at = at
         self.dashboard_url = dashboard_url.rstrip("/") if dashboard_url else None
@@ -99,6 +110,11 @@ class Context:
         self.previous: Mapping[str, AlertState] = previous or {}
         # Why a rule raised no candidate at all (rule name → sentence), for ``--explain``.
         self.notes: dict[str, str] = {}
+
+    def drift(self, days: int) -> list[DriftFinding] | None:
+        """The drift report of the ``days`` days before this evaluation, the rule set's latency
+        targets as covered; ``None`` from a data source without one."""
+        return self._reads.drift(self.at, days, self.latency_targets)
 
     def firing(self, labels: Mapping[str, str]) -> AlertState | None:
         """The alert with these labels when it was firing before this evaluation, else ``None``."""

@@ -144,7 +144,7 @@ def test_rules_check_without_files_checks_the_configured_rule_files(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     shipped = _cli("rules", "check")
-    assert shipped.exit_code == 0 and shipped.output.startswith("ok: 5 rules in 1 file"), shipped.output
+    assert shipped.exit_code == 0 and shipped.output.startswith("ok: 6 rules in 1 file"), shipped.output
     rules = tmp_path / "team" / "rules.yaml"
     rules.parent.mkdir()
     rules.write_text(
