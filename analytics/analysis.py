@@ -59,7 +59,10 @@ from analytics.cold_path import (
     COLD_PATH_SCHEMA,
     COLD_PATH_SERIES_SCHEMA,
     cold_path_cdf,
+    cold_path_cdf_from_stats,
+    cold_path_from_stats,
     cold_path_series,
+    cold_path_series_from_stats,
     cold_path_summary,
     fetch_jobs,
     jobs_from_raw,
@@ -688,9 +691,9 @@ def _frames(
 
 
 def _what_if_since(windows: Windows, conv: Conventions) -> datetime:
-    """Where the what-if options' requests start: the window's most recent ``exact_horizon``
-    (they are simulated from request and call rows, which a long window does not read)."""
-    return max(windows.start, windows.end - conv.exact_horizon)
+    """Where the what-if options' requests start: the window's most recent ``what_if_horizon`` (or
+    ``exact_horizon``, the shorter; they are simulated from request and call rows)."""
+    return max(windows.start, windows.end - min(conv.exact_horizon, conv.what_if_horizon))
 
 
 def _analysis(windows: Windows, conv: Conventions, frames: dict[str, pl.DataFrame]) -> Analysis:
@@ -781,10 +784,6 @@ class _FromSummaries:
 
     @cached_property
     def _jobs(self) -> tuple[pl.DataFrame, pl.DataFrame]:
-        if self._aggregated:
-            # Beyond the exact horizon the jobs are reduced in SQL: only they are read, not spans.
-            w = self.windows
-            return self.inputs.jobs(w.start, w.end), self.inputs.jobs(w.baseline_start, w.baseline_end)
         return (
             jobs_from_raw(jobs_from_spans(self.inputs.job_spans)),
             jobs_from_raw(jobs_from_spans(self.inputs.baseline_job_spans)),
@@ -879,12 +878,17 @@ class _FromSummaries:
     @cached_property
     def slices(self) -> pl.DataFrame:
         # A slice is the requests of its variant's traces: a long window reads only those.
-        requests = self.inputs.flagged_requests() if self._aggregated else self._current
-        return slices(requests, self.inputs.evaluations, self._jobs[0], self.conv)
+        if self._aggregated:
+            # A slice's jobs are those of its variant's traces: a long window reads only those.
+            requests = self.inputs.flagged_requests()
+            keys = self.inputs.evaluations["trace_key"].unique()
+            jobs = self.inputs.jobs(self.windows.start, self.windows.end, keys)
+            return slices(requests, self.inputs.evaluations, jobs, self.conv)
+        return slices(self._current, self.inputs.evaluations, self._jobs[0], self.conv)
 
     @cached_property
     def what_if(self) -> pl.DataFrame:
-        # From request and call rows over the most recent exact_horizon: a long window's older
+        # From request and call rows over the most recent what_if_horizon: a long window's older
         # minutes are in the aggregates only, which keep no call.
         w = self.windows
         since = _what_if_since(w, self.conv)
@@ -902,16 +906,32 @@ class _FromSummaries:
         return what_if(current, calls, buckets_summary, buckets, (w.end - since).total_seconds(), self.conv)
 
     @cached_property
+    def _job_stats(self) -> tuple[pl.DataFrame, pl.DataFrame]:
+        # Beyond the exact horizon the engine reduces the jobs and sends per-bucket lists of their
+        # durations: no job row crosses.
+        w = self.windows
+        return (
+            self.inputs.job_stats(w.start, w.end, self.every),
+            self.inputs.job_stats(w.baseline_start, w.baseline_end, self.every),
+        )
+
+    @cached_property
     def cold_path(self) -> pl.DataFrame:
+        if self._aggregated:
+            return cold_path_from_stats(self._job_stats[0], self.conv, self._job_stats[1])
         jobs, baseline_jobs = self._jobs
         return cold_path_summary(jobs, self.conv, baseline_jobs)
 
     @cached_property
     def cold_path_series(self) -> pl.DataFrame:
+        if self._aggregated:
+            return cold_path_series_from_stats(self._job_stats[0])
         return cold_path_series(self._jobs[0], self.every)
 
     @cached_property
     def cold_path_cdf(self) -> pl.DataFrame:
+        if self._aggregated:
+            return cold_path_cdf_from_stats(self._job_stats[0], self.conv.cdf_points, self._job_stats[1])
         jobs, baseline_jobs = self._jobs
         return cold_path_cdf(jobs, self.conv.cdf_points, baseline_jobs)
 

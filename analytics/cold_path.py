@@ -33,7 +33,7 @@ from analytics.conventions import (
     RUN_FAILED,
     Conventions,
 )
-from analytics.stats import percentile_exprs
+from analytics.stats import INTERPOLATION, percentile_exprs
 from collectors import TRACES_TABLE, inspect_traces
 from storage import Store
 
@@ -43,11 +43,16 @@ __all__ = [
     "COLD_PATH_SERIES_SCHEMA",
     "JOBS_SCHEMA",
     "JOB_SPANS_SCHEMA",
+    "JOB_STATS_SCHEMA",
     "cold_path_cdf",
+    "cold_path_cdf_from_stats",
+    "cold_path_from_stats",
     "cold_path_series",
+    "cold_path_series_from_stats",
     "cold_path_summary",
     "fetch_job_spans",
     "fetch_jobs",
+    "job_stats_sql",
     "jobs_from_raw",
     "jobs_from_spans",
     "jobs_reduction_sql",
@@ -210,6 +215,39 @@ SELECT toString(any(queue)), any(trace_key), min(start_ns), min(start_ns), max(e
 FROM spans WHERE role = {_STANDALONE} GROUP BY job_key"""
 
 
+# Per (queue, bucket of enqueue time): the jobs, their runs, and the sorted seconds of each
+# duration over the jobs that have it — what the cold path's frames need of a long window's jobs.
+JOB_STATS_SCHEMA: dict[str, Any] = {
+    "queue": pl.String,
+    "bucket_ns": pl.Int64,
+    "jobs": pl.Int64,
+    "runs": pl.Int64,
+    "retried_jobs": pl.Int64,
+    "ready_s": pl.List(pl.Float64),
+    "wait_s": pl.List(pl.Float64),
+    "processing_s": pl.List(pl.Float64),
+}
+
+
+def job_stats_sql(jobs: str) -> str:
+    """:data:`JOB_STATS_SCHEMA` over ``jobs`` (a :func:`jobs_reduction_sql`), in buckets of
+    ``{every_ns:Int64}``: the durations as :func:`jobs_from_raw` computes them, so the frames
+    computed from these lists equal those computed from the job rows; only per-bucket rows cross."""
+    return f"""
+SELECT toString(j_queue) AS queue, intDiv(j_enqueued, {{every_ns:Int64}}) * {{every_ns:Int64}} AS bucket_ns,
+       toInt64(count()) AS jobs, toInt64(sum(j_runs)) AS runs, toInt64(countIf(j_runs > 1)) AS retried_jobs,
+       arraySort(groupArrayIf(greatest(j_ended - j_enqueued, 0) / 1e9, j_ended IS NOT NULL)) AS ready_s,
+       arraySort(groupArrayIf(greatest(j_started - j_enqueued, 0) / 1e9, j_started IS NOT NULL)) AS wait_s,
+       arraySort(groupArrayIf(greatest(j_ended - j_started, 0) / 1e9,
+                              j_ended IS NOT NULL AND j_started IS NOT NULL)) AS processing_s
+FROM (
+    SELECT queue AS j_queue, enqueued_ns AS j_enqueued, started_ns AS j_started, ended_ns AS j_ended,
+           runs AS j_runs
+    FROM ({jobs})
+)
+GROUP BY queue, bucket_ns"""
+
+
 def fetch_job_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
     """The job spans started in [start, end) (:data:`JOB_SPANS_SCHEMA`): what :func:`fetch_jobs`
     reduces, and what the summaries keep."""
@@ -324,8 +362,11 @@ def cold_path_summary(
 ) -> pl.DataFrame:
     """Per queue: jobs, completed, pending, enqueue-to-ready percentiles, starvation, and the same
     queue's jobs and percentiles over the baseline window (``baseline_jobs``, enqueued then). Pure."""
-    current = _summary(jobs, conventions)
     base = _summary(baseline_jobs, conventions) if baseline_jobs is not None else empty(COLD_PATH_SCHEMA)
+    return _with_baseline(_summary(jobs, conventions), base)
+
+
+def _with_baseline(current: pl.DataFrame, base: pl.DataFrame) -> pl.DataFrame:
     base = base.select(
         "queue",
         pl.col("jobs").alias("baseline_jobs"),
@@ -342,30 +383,30 @@ def cold_path_summary(
     )
 
 
+_SUMMARY_QUANTILES = {"p50_s": 0.5, "p95_s": 0.95, "p99_s": 0.99, "p999_s": 0.999}
+
+
 def _summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     if jobs.is_empty():
         return empty(COLD_PATH_SCHEMA)
-    q = {"p50_s": 0.5, "p95_s": 0.95, "p99_s": 0.99, "p999_s": 0.999}
     done = pl.col("enqueue_to_ready_s").is_not_null()
-    frame = (
-        jobs.group_by("queue")
-        .agg(
-            pl.len().cast(pl.Int64).alias("jobs"),
-            done.sum().cast(pl.Int64).alias("completed"),
-            *percentile_exprs("enqueue_to_ready_s", q),
-            *percentile_exprs("queue_wait_s", {"queue_wait_p99_s": 0.99}),
-            *percentile_exprs("processing_s", {"processing_p99_s": 0.99}),
-            pl.col("runs").sum().cast(pl.Int64).alias("runs"),
-            (pl.col("runs") > 1).sum().cast(pl.Int64).alias("retried_jobs"),
-        )
-        .with_columns(
-            (pl.col("jobs") - pl.col("completed")).alias("pending"),
-            pl.when(pl.col("p50_s") > 0).then(pl.col("p99_s") / pl.col("p50_s")).alias("p99_over_p50"),
-        )
-        .with_columns(
-            (pl.col("p99_over_p50") > conventions.starvation_ratio).fill_null(False).alias("starved")
-        )
+    frame = jobs.group_by("queue").agg(
+        pl.len().cast(pl.Int64).alias("jobs"),
+        done.sum().cast(pl.Int64).alias("completed"),
+        *percentile_exprs("enqueue_to_ready_s", _SUMMARY_QUANTILES),
+        *percentile_exprs("queue_wait_s", {"queue_wait_p99_s": 0.99}),
+        *percentile_exprs("processing_s", {"processing_p99_s": 0.99}),
+        pl.col("runs").sum().cast(pl.Int64).alias("runs"),
+        (pl.col("runs") > 1).sum().cast(pl.Int64).alias("retried_jobs"),
     )
+    return _finish_summary(frame, conventions)
+
+
+def _finish_summary(frame: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
+    frame = frame.with_columns(
+        (pl.col("jobs") - pl.col("completed")).alias("pending"),
+        pl.when(pl.col("p50_s") > 0).then(pl.col("p99_s") / pl.col("p50_s")).alias("p99_over_p50"),
+    ).with_columns((pl.col("p99_over_p50") > conventions.starvation_ratio).fill_null(False).alias("starved"))
     return (
         frame.sort("queue")
         .select(_SUMMARY_COLUMNS)
@@ -373,6 +414,87 @@ def _summary(jobs: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
             pl.lit(None, COLD_PATH_SCHEMA[c]).alias(c) for c in COLD_PATH_SCHEMA if c.startswith("baseline_")
         )
     )
+
+
+def _list_quantiles(column: str, quantiles: dict[str, float]) -> list[pl.Expr]:
+    """:func:`analytics.stats.percentile_exprs` over the values of a list column."""
+    return [
+        pl.col(column)
+        .list.eval(pl.element().quantile(q, interpolation=INTERPOLATION))
+        .list.first()
+        .alias(name)
+        for name, q in quantiles.items()
+    ]
+
+
+def _per_queue(stats: pl.DataFrame) -> pl.DataFrame:
+    return stats.group_by("queue").agg(
+        pl.col("jobs").sum(),
+        pl.col("runs").sum(),
+        pl.col("retried_jobs").sum(),
+        pl.col("ready_s").explode(),
+        pl.col("wait_s").explode(),
+        pl.col("processing_s").explode(),
+    )
+
+
+def cold_path_from_stats(
+    stats: pl.DataFrame, conventions: Conventions, baseline_stats: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """:func:`cold_path_summary` from :data:`JOB_STATS_SCHEMA` rows instead of job rows. Pure."""
+
+    def summary(frame: pl.DataFrame | None) -> pl.DataFrame:
+        if frame is None or frame.is_empty():
+            return empty(COLD_PATH_SCHEMA)
+        per_queue = _per_queue(frame).with_columns(
+            pl.col("ready_s").list.len().cast(pl.Int64).alias("completed"),
+            *_list_quantiles("ready_s", _SUMMARY_QUANTILES),
+            *_list_quantiles("wait_s", {"queue_wait_p99_s": 0.99}),
+            *_list_quantiles("processing_s", {"processing_p99_s": 0.99}),
+        )
+        return _finish_summary(per_queue, conventions)
+
+    return _with_baseline(summary(stats), summary(baseline_stats))
+
+
+def cold_path_series_from_stats(stats: pl.DataFrame) -> pl.DataFrame:
+    """:func:`cold_path_series` from :data:`JOB_STATS_SCHEMA` rows in the series' buckets. Pure."""
+    if stats.is_empty():
+        return empty(COLD_PATH_SERIES_SCHEMA)
+    return (
+        stats.with_columns(
+            pl.col("bucket_ns").cast(pl.Datetime("ns", "UTC")).dt.cast_time_unit("us").alias("bucket_start"),
+            pl.col("ready_s").list.len().cast(pl.Int64).alias("completed"),
+            *_list_quantiles("ready_s", {"p50_s": 0.5, "p99_s": 0.99}),
+            *_list_quantiles("wait_s", {"queue_wait_p50_s": 0.5}),
+            *_list_quantiles("processing_s", {"processing_p50_s": 0.5}),
+        )
+        .with_columns((pl.col("jobs") - pl.col("completed")).alias("pending"))
+        .sort("queue", "bucket_start")
+        .select(list(COLD_PATH_SERIES_SCHEMA))
+        .cast(pl.Schema(COLD_PATH_SERIES_SCHEMA))
+    )
+
+
+def cold_path_cdf_from_stats(
+    stats: pl.DataFrame, points: int, baseline_stats: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """:func:`cold_path_cdf` from :data:`JOB_STATS_SCHEMA` rows. Pure."""
+
+    def ready(frame: pl.DataFrame | None) -> pl.DataFrame | None:
+        if frame is None:
+            return None
+        if frame.is_empty():
+            return pl.DataFrame(schema={"queue": pl.String, "enqueue_to_ready_s": pl.Float64})
+        return (
+            _per_queue(frame)
+            .select("queue", pl.col("ready_s").alias("enqueue_to_ready_s"))
+            .explode("enqueue_to_ready_s")
+        )
+
+    current = ready(stats)
+    assert current is not None
+    return cold_path_cdf(current, points, ready(baseline_stats))
 
 
 def cold_path_series(jobs: pl.DataFrame, every: timedelta) -> pl.DataFrame:

@@ -205,6 +205,10 @@ class Conventions:
     # The extra tokens (a share of the operation's) the hedge with the lowest p99 may cost.
     what_if_max_extra_tokens: float = 0.1
     what_if_seed: int = 0
+    # The options are simulated on the requests of the window's most recent what_if_horizon (or its
+    # exact_horizon when shorter): enough requests for a p99 at modest traffic, and a simulation
+    # whose cost does not grow with the window.
+    what_if_horizon: timedelta = timedelta(hours=1)
 
     # --- slices (analytics.slices) ---------------------------------------------------------
     # OpenTelemetry feature flags: the flag key and variant as attributes of a span of the request's

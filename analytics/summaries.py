@@ -65,8 +65,10 @@ from analytics.attribution import CRITICAL_PATH_SCHEMA, critical_path, tail_span
 from analytics.boundary import sync_llm_union_ns
 from analytics.cold_path import (
     JOB_SPANS_SCHEMA,
+    JOB_STATS_SCHEMA,
     JOBS_SCHEMA,
     fetch_job_spans,
+    job_stats_sql,
     jobs_from_raw,
     jobs_reduction_sql,
     jobs_sql,
@@ -1068,9 +1070,40 @@ class SummaryInputs:
             JOB_SPANS_TABLE, ", ".join(JOB_SPANS_SCHEMA), JOB_SPANS_SCHEMA, lambda r: r.job_spans
         )
 
-    def jobs(self, a: datetime, b: datetime) -> pl.DataFrame:
+    def jobs(self, a: datetime, b: datetime, trace_keys: pl.Series | None = None) -> pl.DataFrame:
         """One row per job enqueued in [a, b) (:data:`~analytics.cold_path.JOBS_SCHEMA`), reduced in
-        SQL from the stored job spans and the raw spans of the rest: only the jobs are read."""
+        SQL from the stored job spans and the raw spans of the rest: only the jobs are read — only
+        those whose producer's trace is one of ``trace_keys`` when given."""
+        if trace_keys is not None and trace_keys.is_empty():
+            return empty(JOBS_SCHEMA)
+        sql, params = self._jobs_sql(a, b)
+        if sql is None:
+            return empty(JOBS_SCHEMA)
+        if trace_keys is None:
+            return jobs_from_raw(normalize(self.store.query_polars(sql, params)))
+        keyed = f"SELECT * FROM ({sql}) WHERE "
+        if self.store.embedded:
+            with self.store.key_set(trace_keys) as key_set:
+                frame = self.store.query_polars(keyed + f"trace_key IN {key_set}", params)
+        else:
+            frame = self.store.query_polars(
+                keyed + "has({keys:Array(UInt64)}, trace_key)",
+                {**params, "keys": trace_keys.cast(pl.UInt64).to_list()},
+            )
+        return jobs_from_raw(normalize(frame))
+
+    def job_stats(self, a: datetime, b: datetime, every: timedelta) -> pl.DataFrame:
+        """:data:`~analytics.cold_path.JOB_STATS_SCHEMA` of the jobs enqueued in [a, b), in buckets
+        of ``every``: per-bucket rows, not per-job ones, cross from the engine."""
+        sql, params = self._jobs_sql(a, b)
+        if sql is None:
+            return empty(JOB_STATS_SCHEMA)
+        every_ns = int(every.total_seconds() * 1e9)
+        frame = self.store.query_polars(job_stats_sql(sql), {**params, "every_ns": every_ns})
+        return _cast(normalize(frame), JOB_STATS_SCHEMA)
+
+    def _jobs_sql(self, a: datetime, b: datetime) -> tuple[str | None, dict[str, Any]]:
+        """The SQL reducing the job spans started in [a, b) to jobs, and its parameters."""
         stored, raw = _split([(a, b)], self.ranges)
         columns = ", ".join(JOB_SPANS_SCHEMA)
         parts, params = [], dict(self.conv.sql_parameters())
@@ -1087,9 +1120,8 @@ class SummaryInputs:
                 parts.append(f"SELECT {columns} FROM ({sql})")
                 params |= {f"rs{i}": x, f"re{i}": y}
         if not parts:
-            return empty(JOBS_SCHEMA)
-        frame = self.store.query_polars(jobs_reduction_sql(" UNION ALL ".join(parts)), params)
-        return jobs_from_raw(normalize(frame))
+            return None, params
+        return jobs_reduction_sql(" UNION ALL ".join(parts)), params
 
     @property
     def job_spans(self) -> pl.DataFrame:

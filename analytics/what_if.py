@@ -75,7 +75,7 @@ WHAT_IF_SCHEMA: dict[str, Any] = {
     "operation": pl.String,
     "option": pl.String,  # WhatIfOption
     "parameter": pl.String,  # "T=p95", "T=2000ms", "T=p95 F=50ms", "openai/gpt-4o-mini", ...
-    "requests": pl.Int64,  # the requests simulated (the most recent exact_horizon of the window)
+    "requests": pl.Int64,  # the requests simulated (the window's most recent what_if_horizon)
     "budget_ms": pl.Float64,  # null when none
     "p99_ms": pl.Float64,
     "p99_delta_ms": pl.Float64,  # against the same requests' p99
@@ -372,7 +372,7 @@ def what_if(
     conventions: Conventions,
 ) -> pl.DataFrame:
     """:data:`WHAT_IF_SCHEMA` rows from the :func:`analytics.boundary.counterfactual` requests
-    simulated (those of the window's most recent ``exact_horizon``), their synchronous calls
+    simulated (those of the window's most recent ``what_if_horizon``), their synchronous calls
     (:data:`WHAT_IF_CALLS_SCHEMA`), the abandonment summary (cliffs, for the budgets) and buckets
     (the curve, over the whole window: for the abandoned requests saved) and the length of time the
     requests cover. Operations without a synchronous call get no row. Pure."""
