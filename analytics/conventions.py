@@ -265,6 +265,9 @@ class Conventions:
     # per day climbing, each by at least this factor between then and now.
     batch_size_attributes: tuple[str, ...] = ("messaging.batch.message_count",)
     drift_batch_factor: float = 2.0
+    # unit_cost_rising: model calls or tokens per unit of work (a hot request, a run's item, or a
+    # run) rising by at least this factor between then and now.
+    drift_cost_factor: float = 1.5
     # queue_unbounded: the backlog (enqueued − completed, summed by day) grows over the last
     # ``drift_edge_days`` days by more than this share of a day's enqueues, per day.
     drift_backlog_growth: float = 0.05
@@ -332,10 +335,9 @@ class Conventions:
                 f"conventions: drift_days ({self.drift_days}) must be at least twice drift_edge_days "
                 f"({self.drift_edge_days}): the report compares the first days with the last"
             )
-        if self.drift_batch_factor <= 1.0:
-            raise ConventionsError(
-                f"conventions: drift_batch_factor must be above 1, got {self.drift_batch_factor}"
-            )
+        for name in ("drift_batch_factor", "drift_cost_factor"):
+            if getattr(self, name) <= 1.0:
+                raise ConventionsError(f"conventions: {name} must be above 1, got {getattr(self, name)}")
         for name in (
             "bootstrap_confidence",
             "tail_quantile",

@@ -1,7 +1,7 @@
 """Architecture drift (seed 004): from the traces of a long window, read by day, the signs that a batch
 job has quietly become an online service.
 
-Four kinds of finding, each comparing the first ``drift_edge_days`` days of the drift window ("then")
+Five kinds of finding, each comparing the first ``drift_edge_days`` days of the drift window ("then")
 with the last ones ("now"):
 
 * ``shared_operation`` — one function (span name, plus ``code.function.name``/``code.namespace`` or
@@ -10,6 +10,8 @@ with the last ones ("now"):
 * ``batch_shrinking`` — a run (a consumer/process span, or a root marked cold) whose items per run
   (``messaging.batch.message_count`` or ``batch_size_attributes``) fell while its runs per day climbed,
   each by at least ``drift_batch_factor``.
+* ``unit_cost_rising`` — a unit of work (a hot request, a run's item, or a run) whose model calls
+  or tokens per unit rose by at least ``drift_cost_factor``.
 * ``queue_unbounded`` — a queue whose backlog (enqueued minus completed jobs, summed by day) grows over
   the last days.
 * ``no_latency_target`` — a hot operation that reaches a shared function, with a p99 and no latency
@@ -47,6 +49,7 @@ from analytics.conventions import (
     KIND,
     MAYBE_BOUNDARY,
     MAYBE_LLM,
+    TOKENS,
     Conventions,
 )
 from collectors import TRACES_TABLE, inspect_traces
@@ -63,9 +66,12 @@ __all__ = [
     "reaching_requests_sql",
     "shared_calls_sql",
     "span_paths_sql",
+    "unit_costs_sql",
 ]
 
-DriftKind = Literal["shared_operation", "batch_shrinking", "queue_unbounded", "no_latency_target"]
+DriftKind = Literal[
+    "shared_operation", "batch_shrinking", "unit_cost_rising", "queue_unbounded", "no_latency_target"
+]
 DRIFT_KINDS: tuple[str, ...] = DriftKind.__args__  # type: ignore[attr-defined]
 # The seed's test: two or more of the symptoms in one service make an online service never designed
 # as one.
@@ -209,6 +215,36 @@ WHERE {_WINDOW} AND ({IS_BOUNDARY} OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
 GROUP BY day, service, operation"""
 
 
+def unit_costs_sql(table: str) -> str:
+    """Per (day, service, operation) of the units of work — hot requests (their root), runs (a root
+    marked cold, or a consumer at the root of its trace) — the units, the runs carrying a batch size
+    and their items, and the model calls and tokens of their traces: one GROUP BY per trace (its
+    root and its LLM spans), then one per day and operation."""
+    root = f"(ParentSpanId = '' AND ({IS_HOT_ROOT} OR {IS_COLD_MARKED} OR {IS_BOUNDARY}))"
+    llm = f"(ParentSpanId != '' AND {MAYBE_LLM} AND {IS_LLM})"
+    return f"""
+SELECT day, service, operation, hot, toInt64(count()) AS units, toInt64(sum(sized)) AS sized_runs,
+       sum(items) AS items, toInt64(sum(calls)) AS calls, toInt64(sum(tokens)) AS tokens
+FROM (
+    SELECT trace_key, anyIf(span_day, is_root) AS day, anyIf(span_service, is_root) AS service,
+           anyIf(span_name, is_root) AS operation, maxIf(hot_root, is_root) AS hot,
+           maxIf(toUInt8(size IS NOT NULL), is_root) AS sized, maxIf(ifNull(size, 0), is_root) AS items,
+           countIf(is_llm) AS calls, sumIf(span_tokens, is_llm) AS tokens, countIf(is_root) AS roots
+    FROM (
+        SELECT cityHash64(TraceId) AS trace_key, {root} AS is_root, {llm} AS is_llm, {_DAY} AS span_day,
+               toString(ServiceName) AS span_service, toString(SpanName) AS span_name,
+               toUInt8({IS_HOT_ROOT}) AS hot_root, {BATCH_SIZE} AS size, {TOKENS} AS span_tokens
+        FROM {table}
+        PREWHERE ParentSpanId = '' OR {MAYBE_LLM}
+        WHERE {_WINDOW} AND (is_root OR is_llm)
+    )
+    GROUP BY trace_key
+    HAVING roots > 0
+)
+WHERE day >= 0 AND day < {{days:Int64}}
+GROUP BY day, service, operation, hot"""
+
+
 def queue_days_sql(table: str) -> str:
     """Per (queue, day): jobs enqueued and jobs completed that day, from the jobs reduced in SQL
     (:func:`analytics.cold_path.jobs_reduction_sql`)."""
@@ -255,6 +291,7 @@ def drift_report(
     }
     calls = normalize(store.query_polars(adapt(shared_calls_sql(table)), params))
     runs = normalize(store.query_polars(adapt(batch_runs_sql(table)), params))
+    costs = normalize(store.query_polars(adapt(unit_costs_sql(table)), params))
     queues = normalize(store.query_polars(adapt(queue_days_sql(table)), params))
     shared = shared_keys(calls, conv)
     reaching = pl.DataFrame()
@@ -262,7 +299,7 @@ def drift_report(
         reaching = normalize(
             store.query_polars(adapt(reaching_requests_sql(table)), {**params, "shared": shared})
         )
-    return drift_findings(start, days, calls, runs, queues, reaching, conv, covered)
+    return drift_findings(start, days, calls, runs, queues, reaching, conv, covered, costs=costs)
 
 
 # --- metric logic (pure) ---------------------------------------------------------------------------
@@ -309,9 +346,11 @@ def drift_findings(
     reaching: pl.DataFrame,
     conv: Conventions,
     covered: Iterable[tuple[str, str]] = (),
+    *,
+    costs: pl.DataFrame | None = None,
 ) -> list[DriftFinding]:
     """The findings from the per-day rows of :func:`shared_calls_sql`, :func:`batch_runs_sql`,
-    :func:`queue_days_sql` and :func:`reaching_requests_sql`. Pure."""
+    :func:`queue_days_sql`, :func:`reaching_requests_sql` and :func:`unit_costs_sql`. Pure."""
 
     def day(index: int) -> datetime:
         return start + timedelta(days=index)
@@ -319,6 +358,7 @@ def drift_findings(
     found: list[DriftFinding] = []
     found += _shared_operations(calls, days, conv, day)
     found += _batches(runs, days, conv, day)
+    found += _unit_costs(costs if costs is not None else pl.DataFrame(), days, conv, day)
     found += _queues(queues, days, conv, day)
     found += _no_targets(reaching, days, conv, day, list(covered))
     # Two or more kinds of symptom in one service: an online service never designed as one.
@@ -443,6 +483,57 @@ def _batches(runs: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list
                     "runs_per_day_now": runs_now,
                     "items_per_run_then": per_run_then,
                     "items_per_run_now": per_run_now,
+                },
+            )
+        )
+    return out
+
+
+def _unit_costs(costs: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list[DriftFinding]:
+    if costs.is_empty():
+        return []
+    edge, factor = conv.drift_edge_days, conv.drift_cost_factor
+    grid = _grid(
+        costs, ["service", "operation", "hot"], days, ["units", "sized_runs", "items", "calls", "tokens"]
+    )
+    out = []
+    for (service, operation, hot), g in grid.group_by("service", "operation", "hot", maintain_order=True):
+        units, sized, items = g["units"].to_list(), g["sized_runs"].to_list(), g["items"].to_list()
+        calls, tokens = g["calls"].to_list(), g["tokens"].to_list()
+        # The unit of work: a hot request; a run's items where every run says how many, else a run.
+        by_item = not hot and sum(sized) == sum(units)
+        work = [float(i) if by_item else float(u) for i, u in zip(items, units, strict=True)]
+        w_then, w_now = sum(work[:edge]), sum(work[-edge:])
+        if not w_then or not w_now:
+            continue
+        per = {
+            name: (sum(v[:edge]) / w_then, sum(v[-edge:]) / w_now)
+            for name, v in (("calls", calls), ("tokens", tokens))
+        }
+        rising = [n for n, (then, now) in per.items() if then > 0 and now >= factor * then]
+        if not rising:
+            continue
+        # The first day after the first days whose cost per unit was already past the factor.
+        name = rising[-1]
+        then = per[name][0]
+        values = calls if name == "calls" else tokens
+        began = [i for i in range(edge, days) if work[i] and values[i] / work[i] >= factor * then]
+        unit = "request" if hot else "item" if by_item else "run"
+        out.append(
+            DriftFinding(
+                "unit_cost_rising",
+                str(service),
+                str(operation),
+                "",
+                day(began[0] if began else days - edge),
+                {
+                    "unit": unit,
+                    "units_per_day_then": w_then / edge,
+                    "units_per_day_now": w_now / edge,
+                    "calls_per_unit_then": per["calls"][0],
+                    "calls_per_unit_now": per["calls"][1],
+                    "tokens_per_unit_then": per["tokens"][0],
+                    "tokens_per_unit_now": per["tokens"][1],
                 },
             )
         )

@@ -333,7 +333,9 @@ class SliceRegressionRule(_RuleBase, _HotSelector):
         )
 
 
-DriftKind = Literal["shared_operation", "batch_shrinking", "queue_unbounded", "no_latency_target"]
+DriftKind = Literal[
+    "shared_operation", "batch_shrinking", "unit_cost_rising", "queue_unbounded", "no_latency_target"
+]
 
 
 class ArchitectureDriftRule(_RuleBase, _HotSelector):
@@ -349,12 +351,7 @@ class ArchitectureDriftRule(_RuleBase, _HotSelector):
     kind: Literal["architecture_drift"]
     queue: Glob = "*"
     window: Duration = timedelta(days=14)
-    kinds: tuple[DriftKind, ...] = (
-        "shared_operation",
-        "batch_shrinking",
-        "queue_unbounded",
-        "no_latency_target",
-    )
+    kinds: tuple[DriftKind, ...] = DriftKind.__args__  # type: ignore[attr-defined]
 
     @model_validator(mode="after")
     def _whole_days(self) -> ArchitectureDriftRule:

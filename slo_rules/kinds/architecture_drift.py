@@ -81,6 +81,15 @@ def symptom_of(finding: DriftFinding) -> str:
             f"then, {e.get('runs_per_day_now', 0):.3g} a day of {e.get('items_per_run_now', 0):.3g} now "
             f"(since {since})"
         )
+    if finding.kind == "unit_cost_rising":
+        unit = e.get("unit", "unit")
+        return (
+            f"{finding.service} {finding.operation} costs more per {unit}: "
+            f"{e.get('tokens_per_unit_then', 0):.0f} tokens and {e.get('calls_per_unit_then', 0):.2f} model "
+            f"calls per {unit} then, {e.get('tokens_per_unit_now', 0):.0f} and "
+            f"{e.get('calls_per_unit_now', 0):.2f} now (since {since}; "
+            f"{e.get('units_per_day_then', 0):.0f} → {e.get('units_per_day_now', 0):.0f} {unit}s a day)"
+        )
     if finding.kind == "queue_unbounded":
         return (
             f"queue {finding.queue} has no bound: {e.get('enqueued_per_day_now', 0):.0f} jobs enqueued a "

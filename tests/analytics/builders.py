@@ -44,6 +44,7 @@ __all__ = [
     "scenario_release_coupling",
     "scenario_retries",
     "with_call",
+    "with_llm_call",
     "workflow_run",
 ]
 
@@ -764,6 +765,24 @@ def eager_task(spans: list[SpanRow], task: str) -> list[SpanRow]:
     return [*spans, run]
 
 
+def with_llm_call(spans: list[SpanRow], tokens: tuple[int, int], *, parent: int = 0) -> list[SpanRow]:
+    """``spans`` with one more model call (a GenAI ``chat`` Client span with its token usage), a
+    child of ``spans[parent]``."""
+    host = spans[parent]
+    call = SpanRow(
+        trace_id=host.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=host.span_id,
+        name="chat gpt-4o-mini",
+        start_ns=host.start_ns,
+        duration_ns=50 * MS,
+        kind="Client",
+        service=host.service,
+        attributes=_llm_attrs("openai", "gpt-4o-mini", tokens=tokens),
+    )
+    return [*spans, call]
+
+
 def batch_run(
     service: str,
     name: str,
@@ -797,7 +816,9 @@ def scenario_drift(days: int = 14) -> Scenario:
 
     * ``summary-worker nightly-summaries``: 1 run a day of 200 documents (days 0–4), then 24 runs a
       day of 8 (days 5–9), then of 4 (days 10–13): ``batch_shrinking`` from day 5. Each document is
-      one ``summarise_document`` call (``summaries.tasks.summarise_document``).
+      one ``summarise_document`` call (``summaries.tasks.summarise_document``) and one model call
+      of 700 tokens, after a 5000-token setup call per run: tokens per document 725 then, 1325
+      (days 5–9) and 1950 now: ``unit_cost_rising`` from day 5 (the first day past 1.5 × 725).
     * ``summary-api POST /summaries/now`` from day 10: 60 requests a day, each calling
       ``summarise_document`` synchronously (half of them through a Celery task run eagerly): its
       hot share goes from 0 to 60 / (60 + 96):
@@ -808,8 +829,9 @@ def scenario_drift(days: int = 14) -> Scenario:
 
     Healthy, raising nothing:
 
-    * ``report-worker nightly-report``: one run a day of 100 items, calling ``load_template`` 70
-      times; ``web GET /templates`` calls it 30 times a day: a shared helper at a steady 30% hot.
+    * ``report-worker nightly-report``: one run a day of 100 items and one model call, calling
+      ``load_template`` 70 times; ``web GET /templates`` calls it 30 times a day: a shared helper
+      at a steady 30% hot.
     * ``web POST /reports``, Celery style (the worker's run in the request's trace, below the
       enqueue), from day 7 on, 40 a day: the worker's ``render_report`` call is cold work, as is the
       nightly job's (5 a day), so ``render_report`` stays 0% hot.
@@ -823,8 +845,11 @@ def scenario_drift(days: int = 14) -> Scenario:
         runs, per_run = (1, 200) if d < 5 else (24, 8) if d < 10 else (24, 4)
         for r in range(runs):
             run = batch_run("summary-worker", "nightly-summaries", base + r * 3600 * S + 60 * S, per_run)
+            # A fixed setup prompt per run (5000 tokens) then one call per document (700 tokens).
+            run = with_llm_call(run, (5000, 0))
             for _ in range(per_run):
                 run = with_call(run, *fn)
+                run = with_llm_call(run, (500, 200))
             spans += run
         if d >= 10:
             for i in range(60):
@@ -840,14 +865,18 @@ def scenario_drift(days: int = 14) -> Scenario:
                 "doc-index", base + (i * 900 + 5) * S, 1.0, 2.0, completed=not (d >= 10 and i >= 50)
             )
         # Healthy traffic.
-        report = batch_run("report-worker", "nightly-report", base + 2 * 3600 * S, 100)
+        report = with_llm_call(
+            batch_run("report-worker", "nightly-report", base + 2 * 3600 * S, 100), (900, 100)
+        )
         for _ in range(70):
             report = with_call(report, "load_template", "load_template", "common.templates")
         for _ in range(5):
             report = with_call(report, "render_report", "render_report", "reports.tasks")
         spans += report
         for i in range(30):
-            request = hot_request("web", "GET /templates", base + (i * 1200 + 40) * S, 50.0)
+            request = with_llm_call(
+                hot_request("web", "GET /templates", base + (i * 1200 + 40) * S, 50.0), (300, 80)
+            )
             spans += with_call(request, "load_template", "load_template", "common.templates", ms=3.0)
         if d >= 7:
             for i in range(40):
@@ -875,6 +904,7 @@ def scenario_drift(days: int = 14) -> Scenario:
                 "",
             ): 10,
             ("batch_shrinking", "summary-worker", "nightly-summaries", ""): 5,
+            ("unit_cost_rising", "summary-worker", "nightly-summaries", ""): 5,
             ("queue_unbounded", "", "", "doc-index"): 10,
             ("no_latency_target", "summary-api", "POST /summaries/now", ""): 10,
             ("no_latency_target", "web", "GET /templates", ""): 0,

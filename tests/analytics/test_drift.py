@@ -70,7 +70,8 @@ def test_each_kind_is_found_with_its_first_day_and_healthy_traffic_raises_none(s
     summarise = "summarise_document (summaries.tasks.summarise_document)"
     assert severity[("shared_operation", "summary-api", summarise)] == "critical"
     assert severity[("no_latency_target", "summary-api", "POST /summaries/now")] == "critical"
-    assert severity[("batch_shrinking", "summary-worker", "nightly-summaries")] == "warning"
+    assert severity[("batch_shrinking", "summary-worker", "nightly-summaries")] == "critical"
+    assert severity[("unit_cost_rising", "summary-worker", "nightly-summaries")] == "critical"
     assert severity[("queue_unbounded", "", "doc-index")] == "warning"
 
     # The evidence is what the generated spans hold, counted here from the spans themselves.
@@ -92,6 +93,17 @@ def test_each_kind_is_found_with_its_first_day_and_healthy_traffic_raises_none(s
     ]
     assert batch.evidence["runs_per_day_now"] == pytest.approx(len(sizes) / 3)
     assert batch.evidence["items_per_run_now"] == pytest.approx(sum(sizes) / len(sizes))
+    # Tokens per document, counted from the model calls of the runs of the last days.
+    runs_now = {s.trace_id for s in scenario.spans if s.name == "nightly-summaries" and s.start_ns >= last}
+    tokens_now = sum(
+        int(s.attributes["gen_ai.usage.input_tokens"]) + int(s.attributes["gen_ai.usage.output_tokens"])
+        for s in scenario.spans
+        if s.trace_id in runs_now and "gen_ai.usage.input_tokens" in s.attributes
+    )
+    cost = next(f for f in findings if f.kind == "unit_cost_rising")
+    assert cost.evidence["unit"] == "item"
+    assert cost.evidence["tokens_per_unit_now"] == pytest.approx(tokens_now / sum(sizes))
+    assert cost.evidence["tokens_per_unit_then"] == pytest.approx(725.0)
     queue = next(f for f in findings if f.kind == "queue_unbounded")
     producers = [s for s in scenario.spans if s.kind == "Producer" and s.name == "send doc-index"]
     consumers = [s for s in scenario.spans if s.kind == "Consumer" and s.name == "process doc-index"]
@@ -162,6 +174,7 @@ def test_analyze_json_and_table_carry_the_drift_report(tmp_path: Path) -> None:
     assert kinds == {
         "shared_operation": 1,
         "batch_shrinking": 1,
+        "unit_cost_rising": 1,
         "queue_unbounded": 1,
         "no_latency_target": 2,
     }

@@ -43,6 +43,9 @@ def test_the_shipped_pack_tickets_each_finding_with_its_symptom_and_decision(sto
         "(or give the online path its own implementation and keep the batch one for batches)"
     )
     assert shared.annotations["drift_severity"] == "critical"
+    cost = next(a for a in drift if a.labels["kind"] == "unit_cost_rising")
+    assert "725 tokens and 1.00 model calls per item then, 1950 and 1.25 now" in cost.annotations["summary"]
+    assert cost.annotations["drift_severity"] == "critical"  # with batch_shrinking in summary-worker
     queue = next(a for a in drift if a.labels["kind"] == "queue_unbounded")
     assert queue.labels["queue"] == "doc-index" and "service" not in queue.labels
     assert "the backlog is 120 and grows 30 a day" in queue.annotations["summary"]
