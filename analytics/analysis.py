@@ -69,6 +69,7 @@ from analytics.cold_path import (
     jobs_from_spans,
 )
 from analytics.conventions import Conventions
+from analytics.hedges import HEDGES_SCHEMA, existing_hedges, fetch_hedge_spans
 from analytics.hot_path import (
     HOT_PATH_SCHEMA,
     HOT_PATH_SERIES_SCHEMA,
@@ -132,6 +133,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "boundary_releases": BOUNDARY_RELEASES_SCHEMA,
     "slices": SLICES_SCHEMA,
     "what_if": WHAT_IF_SCHEMA,
+    "existing_hedges": HEDGES_SCHEMA,
 }
 
 # The JSON of the boundary and of each slice variant (docs/analytics.md; the frames hold more).
@@ -235,6 +237,9 @@ class Analysis:
     )
     slices: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=SLICES_SCHEMA))
     what_if: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=WHAT_IF_SCHEMA))
+    existing_hedges: pl.DataFrame = dataclass_field(
+        default_factory=lambda: pl.DataFrame(schema=HEDGES_SCHEMA)
+    )
     bucket_ms: int = 500
     run_id: str = ""
 
@@ -400,6 +405,7 @@ class Analysis:
             ],
             "slices": slices_out,
             "what_if": _records(self.what_if, list(WHAT_IF_SCHEMA)),
+            "existing_hedges": _records(self.existing_hedges, list(HEDGES_SCHEMA)),
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -543,6 +549,7 @@ def analyze(
         flags_f = sql.submit(fetch_flag_evaluations, store, windows, conv)
         jobs_f = sql.submit(fetch_jobs, store, windows, conv)
         baseline_jobs_f = sql.submit(fetch_jobs, store, baseline, conv)
+        hedge_spans_f = sql.submit(fetch_hedge_spans, store, _what_if_since(windows, conv), windows.end, conv)
         buckets = abandonment(rows, conv)
         buckets_summary = abandonment_summary(rows, buckets, conv)
 
@@ -640,6 +647,7 @@ def analyze(
             boundary_releases=boundary_releases,
             slice_rows=slice_rows,
             what_if_rows=what_if_rows,
+            hedges=existing_hedges(hedge_spans_f.result()),
             conv=conv,
         ),
     )
@@ -665,6 +673,7 @@ def _frames(
     boundary_releases: pl.DataFrame,
     slice_rows: pl.DataFrame,
     what_if_rows: pl.DataFrame,
+    hedges: pl.DataFrame,
     conv: Conventions,
 ) -> dict[str, pl.DataFrame]:
     return dict(
@@ -687,6 +696,7 @@ def _frames(
         boundary_releases=boundary_releases,
         slices=slice_rows,
         what_if=what_if_rows,
+        existing_hedges=hedges,
     )
 
 
@@ -914,6 +924,12 @@ class _FromSummaries:
             self.inputs.job_stats(w.start, w.end, self.every),
             self.inputs.job_stats(w.baseline_start, w.baseline_end, self.every),
         )
+
+    @cached_property
+    def existing_hedges(self) -> pl.DataFrame:
+        # The spans of the most recent exact_horizon, as the what-if options.
+        since = _what_if_since(self.windows, self.conv)
+        return existing_hedges(fetch_hedge_spans(self.store, since, self.windows.end, self.conv))
 
     @cached_property
     def cold_path(self) -> pl.DataFrame:

@@ -393,6 +393,31 @@ def _slices(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _existing_hedges(data: dict[str, Any]) -> list[str]:
+    """Hedges already in the traces (overlapping sibling calls to one model), per model."""
+    rows = data.get("existing_hedges", [])
+    if not rows:
+        return []
+    out = ["EXISTING HEDGES (overlapping sibling calls to one model; most recent exact horizon)"]
+    out += _table(
+        ["service", "model", "hedges", "wins", "win rate", "losers cut", "saved ms", "extra tokens"],
+        [
+            [
+                r["service"],
+                f"{r['provider']}/{r['model']}",
+                _fmt(r["hedges"]),
+                _fmt(r["wins"]),
+                _percent(r["win_rate"]),
+                _fmt(r["losers_cut"]),
+                _fmt(r["latency_saved_ms"]),
+                _percent(r["extra_tokens_ratio"]),
+            ]
+            for r in rows
+        ],
+    )
+    return out
+
+
 def _drift(data: dict[str, Any]) -> list[str]:
     """Architecture drift findings (analytics.drift), when the report has them."""
     if "drift" not in data:
@@ -419,6 +444,7 @@ _SECTIONS = (
     _hot_path,
     _boundary,
     _what_if,
+    _existing_hedges,
     _slices,
     _cold_path,
     _abandonment,

@@ -478,6 +478,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "boundary",
         "slices",
         "what_if",
+        "existing_hedges",
     }
     assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
     assert data["window"]["start"] == "2026-11-02T08:00:00Z"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import threading
 import time
 import uuid
@@ -119,6 +120,9 @@ class ModelScript:
     """How one model behaves: latency of every attempt, failures, retry header, response model."""
 
     latency_s: float = 0.02
+    # Heavy-tailed latency: each attempt takes latency_s × a lognormal(0, latency_sigma) draw from
+    # the server's seeded generator (0: every attempt takes latency_s).
+    latency_sigma: float = 0.0
     plan: FailurePlan = field(default_factory=FailurePlan)
     retry_after_s: float = 0.05
     response_model: str | None = None  # e.g. a dated snapshot, as the real APIs answer
@@ -126,6 +130,7 @@ class ModelScript:
     def to_dict(self) -> dict[str, Any]:
         return {
             "latency_s": self.latency_s,
+            "latency_sigma": self.latency_sigma,
             "plan": self.plan.to_dict(),
             "retry_after_s": self.retry_after_s,
             "response_model": self.response_model,
@@ -135,6 +140,7 @@ class ModelScript:
     def from_dict(cls, data: Mapping[str, Any]) -> ModelScript:
         return cls(
             latency_s=float(data.get("latency_s", 0.02)),
+            latency_sigma=float(data.get("latency_sigma", 0.0)),
             plan=FailurePlan.from_dict(data.get("plan", {})),
             retry_after_s=float(data.get("retry_after_s", 0.05)),
             response_model=data.get("response_model"),
@@ -190,6 +196,7 @@ class MockProviders:
         host: str = "127.0.0.1",
     ) -> None:
         self._lock = threading.Lock()
+        self._rng = random.Random(0)
         self._scripts: dict[str, ModelScript] = dict(scripts or {})
         self._default = default or ModelScript()
         self._calls: dict[str, int] = {}  # model → logical calls started
@@ -247,6 +254,12 @@ class MockProviders:
     def set_script(self, model: str, script: ModelScript) -> None:
         with self._lock:
             self._scripts[model] = script
+
+    def _latency_s(self, script: ModelScript) -> float:
+        if script.latency_sigma <= 0:
+            return script.latency_s
+        with self._lock:
+            return script.latency_s * self._rng.lognormvariate(0.0, script.latency_sigma)
 
     def set_latency(self, model: str, latency_s: float) -> None:
         with self._lock:
@@ -345,7 +358,7 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
             raw = self.headers.get("x-stainless-retry-count")
             retry_count = int(raw) if raw and raw.isdigit() else None
             status, script = providers._decide(model, body, retry_count, prompt)
-            time.sleep(script.latency_s)
+            time.sleep(providers._latency_s(script))
             return status, script
 
         @staticmethod
