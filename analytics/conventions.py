@@ -268,6 +268,9 @@ class Conventions:
     # unit_cost_rising: model calls or tokens per unit of work (a hot request, a run's item, or a
     # run) rising by at least this factor between then and now.
     drift_cost_factor: float = 1.5
+    # whole_batch_retry: the retries of a failed run (same message id) reprocess at least this many
+    # items per item that failed ("just retry" the whole batch).
+    drift_retry_reprocessed: float = 2.0
     # queue_unbounded: the backlog (enqueued − completed, summed by day) grows over the last
     # ``drift_edge_days`` days by more than this share of a day's enqueues, per day.
     drift_backlog_growth: float = 0.05

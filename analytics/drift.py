@@ -1,7 +1,7 @@
 """Architecture drift (seed 004): from the traces of a long window, read by day, the signs that a batch
 job has quietly become an online service.
 
-Five kinds of finding, each comparing the first ``drift_edge_days`` days of the drift window ("then")
+Six kinds of finding, each comparing the first ``drift_edge_days`` days of the drift window ("then")
 with the last ones ("now"):
 
 * ``shared_operation`` — one function (span name, plus ``code.function.name``/``code.namespace`` or
@@ -12,6 +12,8 @@ with the last ones ("now"):
   each by at least ``drift_batch_factor``.
 * ``unit_cost_rising`` — a unit of work (a hot request, a run's item, or a run) whose model calls
   or tokens per unit rose by at least ``drift_cost_factor``.
+* ``whole_batch_retry`` — a run whose retries (runs of the same ``messaging.message.id`` after a
+  failed one) reprocess at least ``drift_retry_reprocessed`` items per item that failed.
 * ``queue_unbounded`` — a queue whose backlog (enqueued minus completed jobs, summed by day) grows over
   the last days.
 * ``no_latency_target`` — a hot operation that reaches a shared function, with a p99 and no latency
@@ -29,7 +31,7 @@ these keys): the span table's TTL bounds how many days it can look back.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
@@ -49,6 +51,9 @@ from analytics.conventions import (
     KIND,
     MAYBE_BOUNDARY,
     MAYBE_LLM,
+    MESSAGE_ID,
+    RUN_FAILED,
+    STATUS,
     TOKENS,
     Conventions,
 )
@@ -64,13 +69,19 @@ __all__ = [
     "drift_report",
     "queue_days_sql",
     "reaching_requests_sql",
+    "retried_runs_sql",
     "shared_calls_sql",
     "span_paths_sql",
     "unit_costs_sql",
 ]
 
 DriftKind = Literal[
-    "shared_operation", "batch_shrinking", "unit_cost_rising", "queue_unbounded", "no_latency_target"
+    "shared_operation",
+    "batch_shrinking",
+    "unit_cost_rising",
+    "queue_unbounded",
+    "whole_batch_retry",
+    "no_latency_target",
 ]
 DRIFT_KINDS: tuple[str, ...] = DriftKind.__args__  # type: ignore[attr-defined]
 # The seed's test: two or more of the symptoms in one service make an online service never designed
@@ -245,6 +256,37 @@ WHERE day >= 0 AND day < {{days:Int64}}
 GROUP BY day, service, operation, hot"""
 
 
+def retried_runs_sql(table: str) -> str:
+    """Per retried job (runs sharing a ``messaging.message.id``, one of them failed) of the runs that
+    carry a batch size: each try's start, failure, items, failed items (its direct children with an
+    error status) and whether a hot request's trace holds it (a request waiting on the job)."""
+    return f"""
+WITH hot_traces AS (
+    SELECT DISTINCT cityHash64(TraceId) FROM {table}
+    PREWHERE ParentSpanId = '' WHERE {_WINDOW} AND {IS_HOT_ROOT}
+), runs AS (
+    SELECT cityHash64(TraceId, SpanId) AS run_key, cityHash64(TraceId) AS trace_key, {_DAY} AS day,
+           toString(ServiceName) AS service, toString(SpanName) AS operation,
+           cityHash64({MESSAGE_ID}) AS message_key, toUnixTimestamp64Nano(Timestamp) AS start_ns,
+           {RUN_FAILED} AS failed, assumeNotNull({BATCH_SIZE}) AS items
+    FROM {table}
+    WHERE {_WINDOW} AND ({IS_BOUNDARY} OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
+      AND {BATCH_SIZE} IS NOT NULL AND {MESSAGE_ID} != ''
+), bad AS (
+    SELECT cityHash64(TraceId, ParentSpanId) AS run_key, count() AS bad_items
+    FROM {table}
+    WHERE {_WINDOW} AND ParentSpanId != '' AND {STATUS} = 'Error'
+      AND cityHash64(TraceId, ParentSpanId) IN (SELECT run_key FROM runs WHERE failed)
+    GROUP BY run_key
+)
+SELECT service, operation, message_key,
+       arraySort(t -> t.1, groupArray((start_ns, failed, items, bad_items, day,
+                                       trace_key IN (SELECT * FROM hot_traces)))) AS tries
+FROM runs LEFT JOIN bad USING (run_key)
+GROUP BY service, operation, message_key
+HAVING countIf(failed) > 0 AND count() > 1"""
+
+
 def queue_days_sql(table: str) -> str:
     """Per (queue, day): jobs enqueued and jobs completed that day, from the jobs reduced in SQL
     (:func:`analytics.cold_path.jobs_reduction_sql`)."""
@@ -294,12 +336,15 @@ def drift_report(
     costs = normalize(store.query_polars(adapt(unit_costs_sql(table)), params))
     queues = normalize(store.query_polars(adapt(queue_days_sql(table)), params))
     shared = shared_keys(calls, conv)
+    retried = store.query_rows(adapt(retried_runs_sql(table)), params)
     reaching = pl.DataFrame()
     if shared:
         reaching = normalize(
             store.query_polars(adapt(reaching_requests_sql(table)), {**params, "shared": shared})
         )
-    return drift_findings(start, days, calls, runs, queues, reaching, conv, covered, costs=costs)
+    return drift_findings(
+        start, days, calls, runs, queues, reaching, conv, covered, costs=costs, retried=retried
+    )
 
 
 # --- metric logic (pure) ---------------------------------------------------------------------------
@@ -348,9 +393,11 @@ def drift_findings(
     covered: Iterable[tuple[str, str]] = (),
     *,
     costs: pl.DataFrame | None = None,
+    retried: Sequence[Sequence[Any]] = (),
 ) -> list[DriftFinding]:
     """The findings from the per-day rows of :func:`shared_calls_sql`, :func:`batch_runs_sql`,
-    :func:`queue_days_sql`, :func:`reaching_requests_sql` and :func:`unit_costs_sql`. Pure."""
+    :func:`queue_days_sql`, :func:`reaching_requests_sql`, :func:`unit_costs_sql` and
+    :func:`retried_runs_sql`. Pure."""
 
     def day(index: int) -> datetime:
         return start + timedelta(days=index)
@@ -360,6 +407,7 @@ def drift_findings(
     found += _batches(runs, days, conv, day)
     found += _unit_costs(costs if costs is not None else pl.DataFrame(), days, conv, day)
     found += _queues(queues, days, conv, day)
+    found += _whole_batch_retries(retried, days, conv, day)
     found += _no_targets(reaching, days, conv, day, list(covered))
     # Two or more kinds of symptom in one service: an online service never designed as one.
     kinds: dict[str, set[str]] = {}
@@ -587,6 +635,53 @@ def _queues(queues: pl.DataFrame, days: int, conv: Conventions, day: Any) -> lis
                     "completed_per_day_now": done_now,
                     "backlog_now": backlog[-1],
                     "backlog_slope_per_day": slope,
+                },
+            )
+        )
+    return out
+
+
+def _whole_batch_retries(
+    retried: Sequence[Sequence[Any]], days: int, conv: Conventions, day: Any
+) -> list[DriftFinding]:
+    """Per (service, run): the retries after a failed try reprocess its whole batch when they process
+    at least ``drift_retry_reprocessed`` items per item that failed (its children with an error
+    status; a failed try without one counts one: the bad record)."""
+    edge = conv.drift_edge_days
+    per: dict[tuple[str, str], dict[str, Any]] = {}
+    for service, operation, _, tries in retried:
+        first_failed = next(i for i, t in enumerate(tries) if t[1])
+        failed_items = sum(max(int(t[3] or 0), 1) for t in tries if t[1])
+        reprocessed = sum(float(t[2]) for t in tries[first_failed + 1 :])
+        acc = per.setdefault(
+            (str(service), str(operation)),
+            {"jobs": 0, "jobs_now": 0, "failed": 0, "reprocessed": 0.0, "waiting": 0, "first": days},
+        )
+        acc["jobs"] += 1
+        acc["jobs_now"] += int(tries[first_failed][4]) >= days - edge
+        acc["failed"] += failed_items
+        acc["reprocessed"] += reprocessed
+        acc["waiting"] += int(any(t[5] for t in tries))
+        acc["first"] = min(acc["first"], int(tries[first_failed][4]))
+    out = []
+    for (service, operation), acc in sorted(per.items()):
+        ratio = acc["reprocessed"] / acc["failed"] if acc["failed"] else 0.0
+        if not acc["jobs_now"] or ratio < conv.drift_retry_reprocessed:
+            continue
+        out.append(
+            DriftFinding(
+                "whole_batch_retry",
+                service,
+                operation,
+                "",
+                day(max(acc["first"], 0)),
+                {
+                    "retried_jobs": acc["jobs"],
+                    "retried_jobs_now": acc["jobs_now"],
+                    "failed_items": acc["failed"],
+                    "items_reprocessed": acc["reprocessed"],
+                    "items_reprocessed_per_failed_item": ratio,
+                    "jobs_hot_requests_waited_on": acc["waiting"],
                 },
             )
         )

@@ -334,7 +334,12 @@ class SliceRegressionRule(_RuleBase, _HotSelector):
 
 
 DriftKind = Literal[
-    "shared_operation", "batch_shrinking", "unit_cost_rising", "queue_unbounded", "no_latency_target"
+    "shared_operation",
+    "batch_shrinking",
+    "unit_cost_rising",
+    "queue_unbounded",
+    "whole_batch_retry",
+    "no_latency_target",
 ]
 
 

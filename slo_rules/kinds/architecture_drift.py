@@ -90,6 +90,13 @@ def symptom_of(finding: DriftFinding) -> str:
             f"{e.get('calls_per_unit_now', 0):.2f} now (since {since}; "
             f"{e.get('units_per_day_then', 0):.0f} → {e.get('units_per_day_now', 0):.0f} {unit}s a day)"
         )
+    if finding.kind == "whole_batch_retry":
+        return (
+            f"{finding.service} {finding.operation} retries the whole batch: "
+            f"{e.get('items_reprocessed_per_failed_item', 0):.0f} items reprocessed per item that failed, "
+            f"{e.get('retried_jobs', 0)} retried jobs, {e.get('jobs_hot_requests_waited_on', 0)} of them "
+            f"awaited by a hot request (since {since})"
+        )
     if finding.kind == "queue_unbounded":
         return (
             f"queue {finding.queue} has no bound: {e.get('enqueued_per_day_now', 0):.0f} jobs enqueued a "

@@ -28,6 +28,7 @@ __all__ = [
     "Scenario",
     "at",
     "batch_run",
+    "batch_task_request",
     "cold_job",
     "dt",
     "eager_task",
@@ -783,6 +784,75 @@ def with_llm_call(spans: list[SpanRow], tokens: tuple[int, int], *, parent: int 
     return [*spans, call]
 
 
+def batch_task_request(
+    start_ns: int,
+    items: int,
+    *,
+    fail_first: bool,
+    retry_items: int | None = None,
+    api: str = "index-api",
+    worker: str = "index-worker",
+    task: str = "reindex",
+) -> list[SpanRow]:
+    """``index-api POST /reindex/now`` enqueuing a Celery batch task (``apply_async/reindex`` with its
+    task id as ``messaging.message.id``) and, in the same trace, the worker's ``run/reindex`` of
+    ``items`` documents. With ``fail_first`` that run ends in RETRY with one failed
+    ``index_document`` child, and a second run of the same task id processes ``retry_items``
+    (default: the whole batch again) successfully."""
+    spans = hot_request(api, f"POST /{task}/now", start_ns, 40.0, http_status=202)
+    root, task_id = spans[0], new_span_id()
+    producer = SpanRow(
+        trace_id=root.trace_id,
+        span_id=new_span_id(),
+        parent_span_id=root.span_id,
+        name=f"apply_async/{task}",
+        start_ns=start_ns + MS,
+        duration_ns=MS,
+        kind="Producer",
+        service=api,
+        attributes={"messaging.destination": task, "messaging.message.id": task_id},
+    )
+    spans.append(producer)
+    tries = (
+        [(items, "RETRY"), (items if retry_items is None else retry_items, "SUCCESS")]
+        if fail_first
+        else [(items, "SUCCESS")]
+    )
+    for n, (size, state) in enumerate(tries):
+        run = SpanRow(
+            trace_id=root.trace_id,
+            span_id=new_span_id(),
+            parent_span_id=producer.span_id,
+            name=f"run/{task}",
+            start_ns=start_ns + (2 + 60 * n) * S,
+            duration_ns=30 * S,
+            kind="Consumer",
+            service=worker,
+            attributes={
+                "messaging.destination": task,
+                "messaging.message.id": task_id,
+                "messaging.batch.message_count": str(size),
+                "celery.state": state,
+            },
+        )
+        spans.append(run)
+        if state == "RETRY":
+            spans.append(
+                SpanRow(
+                    trace_id=root.trace_id,
+                    span_id=new_span_id(),
+                    parent_span_id=run.span_id,
+                    name="index_document",
+                    start_ns=run.start_ns,
+                    duration_ns=MS,
+                    kind="Internal",
+                    service=worker,
+                    status_code="Error",
+                )
+            )
+    return spans
+
+
 def batch_run(
     service: str,
     name: str,
@@ -836,6 +906,12 @@ def scenario_drift(days: int = 14) -> Scenario:
       enqueue), from day 7 on, 40 a day: the worker's ``render_report`` call is cold work, as is the
       nightly job's (5 a day), so ``render_report`` stays 0% hot.
     * queue ``emails``: 50 jobs a day, one of them crossing midnight into the next day: bounded.
+    * ``digest-worker run/digest``: a batch task that fails once a day and retries its bad record
+      alone (1 item reprocessed per failed item).
+
+    And ``index-worker run/reindex`` (10 Celery batch tasks of 50 documents a day, enqueued by
+    ``index-api POST /reindex/now``): from day 10 each fails on one document and its retry runs all
+    50 again: ``whole_batch_retry`` from day 10, 50 items reprocessed per failed item.
     """
     spans: list[SpanRow] = []
     fn = ("summarise_document", "summarise_document", "summaries.tasks")
@@ -885,6 +961,19 @@ def scenario_drift(days: int = 14) -> Scenario:
                 )
                 run = next(k for k, sp in enumerate(request) if sp.kind == "Consumer")
                 spans += with_call(request, "render_report", "render_report", "reports.tasks", parent=run)
+        # Whole-batch retries from day 10 (a bad document makes the task retry all 50); before, and
+        # for the healthy digest task retrying only its bad record, nothing.
+        for i in range(10):
+            spans += batch_task_request(base + (i * 3000 + 90) * S, 50, fail_first=d >= 10)
+        spans += batch_task_request(
+            base + 5000 * S,
+            50,
+            fail_first=True,
+            retry_items=1,
+            api="digest-api",
+            worker="digest-worker",
+            task="digest",
+        )
         for i in range(49):
             spans += cold_job("emails", base + (i * 1500 + 7) * S, 0.5, 0.5, via="parent")
         spans += cold_job("emails", base + DAY - 1 * S, 3.0, 0.5, via="parent")
@@ -906,6 +995,7 @@ def scenario_drift(days: int = 14) -> Scenario:
             ("batch_shrinking", "summary-worker", "nightly-summaries", ""): 5,
             ("unit_cost_rising", "summary-worker", "nightly-summaries", ""): 5,
             ("queue_unbounded", "", "", "doc-index"): 10,
+            ("whole_batch_retry", "index-worker", "run/reindex", ""): 10,
             ("no_latency_target", "summary-api", "POST /summaries/now", ""): 10,
             ("no_latency_target", "web", "GET /templates", ""): 0,
         },

@@ -62,7 +62,7 @@ def test_each_kind_is_found_with_its_first_day_and_healthy_traffic_raises_none(s
     # Healthy: the stable nightly job, the helper at a steady hot share, the Celery-style worker
     # call (cold below its consumer), the bounded queue.
     named = {f.service for f in findings} | {f.operation for f in findings} | {f.queue for f in findings}
-    for healthy in ("report-worker", "nightly-report", "emails", "reports"):
+    for healthy in ("report-worker", "nightly-report", "emails", "reports", "digest-worker", "run/digest"):
         assert healthy not in named
     assert not any("load_template" in f.operation or "render_report" in f.operation for f in findings)
     # Two kinds in summary-api: critical; one kind elsewhere: a warning.
@@ -104,6 +104,14 @@ def test_each_kind_is_found_with_its_first_day_and_healthy_traffic_raises_none(s
     assert cost.evidence["unit"] == "item"
     assert cost.evidence["tokens_per_unit_now"] == pytest.approx(tokens_now / sum(sizes))
     assert cost.evidence["tokens_per_unit_then"] == pytest.approx(725.0)
+    retry = next(f for f in findings if f.kind == "whole_batch_retry")
+    failed_runs = [
+        s for s in scenario.spans if s.name == "run/reindex" and s.attributes["celery.state"] == "RETRY"
+    ]
+    assert retry.evidence["retried_jobs"] == len(failed_runs)
+    assert retry.evidence["items_reprocessed_per_failed_item"] == pytest.approx(50.0)
+    # Each retried task was enqueued by a hot request that waits on it (its trace holds the runs).
+    assert retry.evidence["jobs_hot_requests_waited_on"] == len(failed_runs)
     queue = next(f for f in findings if f.kind == "queue_unbounded")
     producers = [s for s in scenario.spans if s.kind == "Producer" and s.name == "send doc-index"]
     consumers = [s for s in scenario.spans if s.kind == "Consumer" and s.name == "process doc-index"]
@@ -176,6 +184,7 @@ def test_analyze_json_and_table_carry_the_drift_report(tmp_path: Path) -> None:
         "batch_shrinking": 1,
         "unit_cost_rising": 1,
         "queue_unbounded": 1,
+        "whole_batch_retry": 1,
         "no_latency_target": 2,
     }
     shared = next(f for f in data["drift"] if f["kind"] == "shared_operation")

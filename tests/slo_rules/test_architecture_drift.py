@@ -46,6 +46,11 @@ def test_the_shipped_pack_tickets_each_finding_with_its_symptom_and_decision(sto
     cost = next(a for a in drift if a.labels["kind"] == "unit_cost_rising")
     assert "725 tokens and 1.00 model calls per item then, 1950 and 1.25 now" in cost.annotations["summary"]
     assert cost.annotations["drift_severity"] == "critical"  # with batch_shrinking in summary-worker
+    retry = next(a for a in drift if a.labels["kind"] == "whole_batch_retry")
+    assert (
+        "50 items reprocessed per item that failed, 40 retried jobs, 40 of them"
+        in retry.annotations["summary"]
+    )
     queue = next(a for a in drift if a.labels["kind"] == "queue_unbounded")
     assert queue.labels["queue"] == "doc-index" and "service" not in queue.labels
     assert "the backlog is 120 and grows 30 a day" in queue.annotations["summary"]
