@@ -64,10 +64,10 @@ def _latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
 @format_option(default="json", help="json: one object; table: readable text.")
 @click.option(
     "--drift-days",
-    type=click.IntRange(min=2),
+    type=click.IntRange(min=0),
     default=None,
     help="Days before --end the architecture drift report reads, by day (its own window, apart from "
-    "the analysis window) [default: analysis.conventions drift_days, 14].",
+    "the analysis window); 0 leaves the report out [default: analysis.conventions drift_days, 14].",
 )
 @click.option(
     "--no-summaries",
@@ -131,11 +131,17 @@ def analyze(
             conventions=conventions,
             use_summaries=not no_summaries,
         )
-        drift = drift_report(store, end, conventions, days=days, covered=_latency_targets(config.rules.files))
+        drift = (
+            drift_report(store, end, conventions, days=days, covered=_latency_targets(config.rules.files))
+            if days
+            else []
+        )
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
         held = _held_range(store) if empty else None
-    data = {**analysis.to_dict(), "drift_days": days, "drift": [finding.to_dict() for finding in drift]}
+    data = analysis.to_dict()
+    if days:
+        data |= {"drift_days": days, "drift": [finding.to_dict() for finding in drift]}
     if output_format == "json":
         click.echo(json.dumps(data, allow_nan=False))
     else:

@@ -193,3 +193,7 @@ def test_analyze_json_and_table_carry_the_drift_report(tmp_path: Path) -> None:
     assert table.exit_code == 0, table.output
     assert "ARCHITECTURE DRIFT (last 14 days" in table.output
     assert "nightly-summaries" in table.output
+    # --drift-days 0: no report at all.
+    off = CliRunner().invoke(main, ["analyze", *window, "--format", "json", "--drift-days", "0"])
+    assert off.exit_code == 0, off.output
+    assert "drift" not in json.loads(off.output)
