@@ -30,6 +30,9 @@ these keys): the span table's TTL bounds how many days it can look back.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,11 +60,15 @@ from analytics.conventions import (
     TOKENS,
     Conventions,
 )
+from analytics.schema import DRIFT_REPORTS_TABLE
 from collectors import TRACES_TABLE, inspect_traces
-from storage import Store, as_utc, iso_z
+from storage import Store, StoreError, as_utc, iso_z
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "DRIFT_KINDS",
+    "DRIFT_REPORTS_TABLE",
     "DriftFinding",
     "DriftKind",
     "batch_runs_sql",
@@ -72,6 +79,7 @@ __all__ = [
     "retried_runs_sql",
     "shared_calls_sql",
     "span_paths_sql",
+    "stored_drift_report",
     "unit_costs_sql",
 ]
 
@@ -344,6 +352,64 @@ def drift_report(
         )
     return drift_findings(
         start, days, calls, runs, queues, reaching, conv, covered, costs=costs, retried=retried
+    )
+
+
+def stored_drift_report(
+    store: Store,
+    end: datetime,
+    conventions: Conventions | None = None,
+    *,
+    days: int | None = None,
+    covered: Iterable[tuple[str, str]] = (),
+) -> list[DriftFinding]:
+    """:func:`drift_report` of the ``days`` before ``end`` taken on the hour, read once per store
+    and hour: the first reader stores the findings (``tailwatch_drift_reports``), the others — a
+    cron ``alerts evaluate`` every minute, ``analyze`` — read them. The report reads days of raw
+    spans (seconds on millions of spans): at most one evaluation an hour pays for it."""
+    conv = conventions or Conventions()
+    days = conv.drift_days if days is None else days
+    hour = as_utc(end).replace(minute=0, second=0, microsecond=0)
+    covered = tuple(sorted(covered))
+    key = hashlib.sha256(
+        json.dumps(
+            {"days": days, "covered": covered, "conventions": conv.to_dict()}, sort_keys=True, default=str
+        ).encode()
+    ).hexdigest()[:16]
+    if not store.table_exists(DRIFT_REPORTS_TABLE):
+        # A store tailwatch's schema was not applied to (`tailwatch schema apply`): read, not kept.
+        return drift_report(store, hour, conv, days=days, covered=covered)
+    table = store.table(DRIFT_REPORTS_TABLE)
+    params = {"end": hour, "key": key}
+    rows = store.query_rows(
+        f"SELECT findings FROM {table} WHERE end = {{end:DateTime64(3)}} AND key = {{key:String}} "
+        "ORDER BY built_at DESC LIMIT 1",
+        params,
+    )
+    if rows:
+        return [_finding_of(item) for item in json.loads(rows[0][0])]
+    findings = drift_report(store, hour, conv, days=days, covered=covered)
+    try:
+        store.command(
+            f"INSERT INTO {table} (end, key, findings, built_at) "
+            "VALUES ({end:DateTime64(3)}, {key:String}, {findings:String}, now64(3))",
+            {**params, "findings": json.dumps([f.to_dict() for f in findings])},
+        )
+    except StoreError as exc:
+        # A read-only user still gets its report; the next reader computes it again.
+        _log.warning("drift report not kept: %s", exc)
+    return findings
+
+
+def _finding_of(item: dict[str, Any]) -> DriftFinding:
+    return DriftFinding(
+        kind=item["kind"],
+        service=item["service"],
+        operation=item["operation"],
+        queue=item["queue"],
+        since=as_utc(datetime.fromisoformat(item["since"].replace("Z", "+00:00"))),
+        evidence=dict(item["evidence"]),
+        severity=item["severity"],
     )
 
 

@@ -15,11 +15,19 @@ from analytics.summary_tables import (
 )
 from storage import DDLContext, Migration, register_migrations
 
-__all__ = ["MIGRATIONS", "RELEASE_TIMES_TABLE", "ROLLUPS_TABLE", "ROLLUP_RUNS_TABLE", "migration"]
+__all__ = [
+    "DRIFT_REPORTS_TABLE",
+    "MIGRATIONS",
+    "RELEASE_TIMES_TABLE",
+    "ROLLUPS_TABLE",
+    "ROLLUP_RUNS_TABLE",
+    "migration",
+]
 
 ROLLUPS_TABLE = "tailwatch_rollups"
 ROLLUP_RUNS_TABLE = "tailwatch_rollup_runs"
 RELEASE_TIMES_TABLE = "tailwatch_release_times"
+DRIFT_REPORTS_TABLE = "tailwatch_drift_reports"
 
 
 def _rollups(ctx: DDLContext) -> list[str]:
@@ -56,6 +64,15 @@ def _release_times(ctx: DDLContext) -> list[str]:
     return ctx.create_table(RELEASE_TIMES_TABLE, body, tail="ORDER BY (service, version)")
 
 
+def _drift_reports(ctx: DDLContext) -> list[str]:
+    # One row per (hour, report key) and build; readers take the newest (analytics.drift).
+    body = """    end DateTime64(3, 'UTC'),
+    key String,
+    findings String,
+    built_at DateTime64(3, 'UTC')"""
+    return ctx.create_table(DRIFT_REPORTS_TABLE, body, tail="ORDER BY (end, key)")
+
+
 def migration(version: int, name: str, render: Callable[[DDLContext], list[str]]) -> Migration:
     """One step of the analytics component's schema (versions are shared with analytics.persist)."""
     return Migration("analytics", version, name, render)
@@ -72,6 +89,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(14, "tailwatch_agg_requests", aggregate_tables),
     migration(15, "tailwatch_summary_minutes layer", minutes_layer),
     migration(16, "tailwatch_agg_workflow_hops and _runs", aggregate_workflow_tables),
+    migration(17, "tailwatch_drift_reports", _drift_reports),
 )
 
 register_migrations(MIGRATIONS)

@@ -21,9 +21,9 @@ from analytics import (
     Conventions,
     DriftFinding,
     analyze,
-    drift_report,
     latency_good_total,
     persist_analysis,
+    stored_drift_report,
 )
 from storage import Store
 
@@ -105,13 +105,16 @@ class AnalyticsSource:
         ``covered`` the (service, operation) globs with a latency target.
 
         The report reads days of raw spans and moves by the day: ``end`` is taken on the hour, and
-        the report is read once an hour per store, not at every evaluation."""
+        the report is read once an hour per store (kept in the store: a cron evaluation every minute
+        reads the stored findings), not at every evaluation."""
         end = end.replace(minute=0, second=0, microsecond=0)
         key = (self.store.dsn, end, days, covered, repr(self.conventions))
         if key not in _DRIFT_REPORTS:
             while len(_DRIFT_REPORTS) >= _DRIFT_REPORTS_KEPT:
                 del _DRIFT_REPORTS[next(iter(_DRIFT_REPORTS))]
-            _DRIFT_REPORTS[key] = drift_report(self.store, end, self.conventions, days=days, covered=covered)
+            _DRIFT_REPORTS[key] = stored_drift_report(
+                self.store, end, self.conventions, days=days, covered=covered
+            )
         return _DRIFT_REPORTS[key]
 
     def run_id(

@@ -95,7 +95,7 @@ def analyze(
     and the baseline's (analysis.baseline) come from the configuration; options given here come
     first. While `tailwatch serve` owns the store, the service analyses with its own conventions.
     """
-    from analytics import Conventions, drift_report
+    from analytics import Conventions, stored_drift_report
     from analytics import analyze as run_analysis
 
     if (baseline_start is None) != (baseline_end is None):
@@ -132,7 +132,9 @@ def analyze(
             use_summaries=not no_summaries,
         )
         drift = (
-            drift_report(store, end, conventions, days=days, covered=_latency_targets(config.rules.files))
+            stored_drift_report(
+                store, end, conventions, days=days, covered=_latency_targets(config.rules.files)
+            )
             if days
             else []
         )

@@ -197,3 +197,27 @@ def test_analyze_json_and_table_carry_the_drift_report(tmp_path: Path) -> None:
     off = CliRunner().invoke(main, ["analyze", *window, "--format", "json", "--drift-days", "0"])
     assert off.exit_code == 0, off.output
     assert "drift" not in json.loads(off.output)
+
+
+def test_the_report_is_read_once_an_hour_per_store_and_kept(store: Store) -> None:
+    """A cron evaluation every minute must not read 14 days of spans each time: the first reader of
+    an hour keeps the findings in the store, the next ones (another process too) read them."""
+    from analytics import stored_drift_report
+    from analytics.schema import DRIFT_REPORTS_TABLE
+
+    scenario = scenario_drift()
+    insert_spans(store, scenario.spans)
+    want = drift_report(store, scenario.end)
+    assert want
+    first = stored_drift_report(store, scenario.end + timedelta(minutes=7))
+    assert [f.to_dict() for f in first] == [f.to_dict() for f in want]
+    assert store.query_value(f"SELECT count() FROM {store.table(DRIFT_REPORTS_TABLE)}") == 1
+    # Spans added since change nothing within the hour (the stored findings are read)...
+    store.command(f"TRUNCATE TABLE {store.table(TRACES_TABLE)}")
+    again = stored_drift_report(store, scenario.end + timedelta(minutes=40))
+    assert [f.to_dict() for f in again] == [f.to_dict() for f in want]
+    assert store.query_value(f"SELECT count() FROM {store.table(DRIFT_REPORTS_TABLE)}") == 1
+    # ...the next hour reads the spans again, as do other conventions.
+    assert stored_drift_report(store, scenario.end + timedelta(hours=1)) == []
+    assert stored_drift_report(store, scenario.end, Conventions(drift_hot_share=0.2)) == []
+    assert store.query_value(f"SELECT count() FROM {store.table(DRIFT_REPORTS_TABLE)}") == 3
