@@ -135,6 +135,8 @@ LLM_SIGNALS_SCHEMA: dict[str, Any] = {
     "retry_rate_current": pl.Float64,
     "cold_share_baseline": pl.Float64,
     "cold_share_current": pl.Float64,
+    "failed_attempt_rate_baseline": pl.Float64,
+    "failed_attempt_rate_current": pl.Float64,
 }
 
 _KEYS = ["service", "operation"]
@@ -453,14 +455,16 @@ def attribute(
 def llm_signal_counts(
     llm_spans: pl.DataFrame, roots: pl.DataFrame, windows: Windows, structure: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """Per (window, provider, model): logical LLM calls, attempts, failed and 429 attempts, retries
-    and calls off the request path (:data:`analytics.llm_calls.SIGNAL_COUNTS_SCHEMA`), from
+    """Per (window, provider, model): logical LLM calls, calls failed after their retries, attempts,
+    failed (not 429) and 429 attempts, retries and calls off the request path
+    (:data:`analytics.llm_calls.SIGNAL_COUNTS_SCHEMA`), from
     :func:`analytics.llm_spans.fetch_llm_spans` (one row per span), the hot-path roots of
     :func:`analytics.llm_spans.fetch_roots` and, when calls may run below a consumer in a request's
     trace, the structure of those traces. Pure.
 
-    Failures and 429s are counted on the attempts that went over the wire (the HTTP children of each
-    LLM span), so a call that succeeded after a throttled attempt still shows its 429. A call is
+    A call's error is the failure its user met (its last span in error after every retry); failed
+    attempts and 429s are counted on the attempts that went over the wire (the HTTP children of each
+    LLM span), so a call that succeeded after a throttled attempt shows its 429 and no error. A call is
     cold-path work when it is marked cold, runs below a consumer, or its trace has no hot-path root.
     """
     if structure is not None:
@@ -496,12 +500,16 @@ def llm_causes(attribution: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
 
 
 def llm_signals(causes: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
-    """Per cause: error, 429, retry rates and cold-path share of calls, baseline and current. Pure."""
+    """Per cause: the rate of calls failed after their retries (``error_rate``), of failed attempts
+    but 429s (``failed_attempt_rate``: 5xx, timeouts), of 429 attempts (``throttle_rate``), of
+    retries and the cold-path share of calls, baseline and current. Pure."""
     if causes.is_empty():
         return empty(LLM_SIGNALS_SCHEMA)
-    # Failures and 429s per attempt (what the provider answered), retries and cold share per call.
+    # Errors per call (what the user met); failed and 429 attempts per attempt (what the provider
+    # answered); retries and cold share per call.
     rates = counts.with_columns(
-        (pl.col("errors") / pl.col("attempts")).alias("error_rate"),
+        (pl.col("errors") / pl.col("calls")).alias("error_rate"),
+        (pl.col("failed_attempts") / pl.col("attempts")).alias("failed_attempt_rate"),
         (pl.col("throttled") / pl.col("attempts")).alias("throttle_rate"),
         (pl.col("retries") / pl.col("calls")).alias("retry_rate"),
         (pl.col("cold") / pl.col("calls")).alias("cold_share"),
@@ -513,7 +521,7 @@ def llm_signals(causes: pl.DataFrame, counts: pl.DataFrame) -> pl.DataFrame:
             "model",
             *[
                 pl.col(m).alias(f"{m}_{window}")
-                for m in ("error_rate", "throttle_rate", "retry_rate", "cold_share")
+                for m in ("error_rate", "failed_attempt_rate", "throttle_rate", "retry_rate", "cold_share")
             ],
         )
         out = out.join(part, on=["provider", "model"], how="left")

@@ -10,6 +10,11 @@ headers are captured. So a call's attempts are its HTTP children (at least one, 
 it has none, more when a retry number says attempts are missing), and its *backoff* is the time
 between one attempt's end and the next one's start — waiting, not model latency.
 
+A call *failed* when the user met the failure: its last span ended in error after every retry. A
+call that got a 429 (or a 5xx) on an attempt and succeeded on a later one did not fail: its failed
+and throttled attempts are counted apart (``failed_attempt_rate``: failed attempts other than 429s —
+5xx, timeouts — per attempt; ``throttle_rate``: 429 attempts per attempt), never as errors.
+
 An application may also call again after a call failed: same-name siblings of one parent are
 attempts of one logical call only when the earlier one failed (or the later one carries a resend
 count) and the later one starts after it ended. Successful sequential calls — an agent calling the
@@ -57,6 +62,7 @@ CALLS_SCHEMA: dict[str, Any] = {
     "backoff_ns": pl.Int64,
     "tokens": pl.Int64,
     "sync": pl.Boolean,  # on a hot request's path
+    "failed_calls": pl.Int64,  # 1 when the call failed after its retries (its last span in error)
 }
 
 LLM_CALLS_SCHEMA: dict[str, Any] = {
@@ -68,7 +74,9 @@ LLM_CALLS_SCHEMA: dict[str, Any] = {
     "attempts": pl.Int64,
     "failed_attempts": pl.Int64,
     "throttled_attempts": pl.Int64,
-    "error_rate": pl.Float64,  # failed attempts / attempts
+    "failed_calls": pl.Int64,
+    "error_rate": pl.Float64,  # calls failed after their retries / calls (what the user met)
+    "failed_attempt_rate": pl.Float64,  # failed attempts but 429s (5xx, timeouts) / attempts
     "throttle_rate": pl.Float64,  # 429 attempts / attempts
     "retry_rate": pl.Float64,  # (attempts − calls) / calls
     "cold_share": pl.Float64,  # cold calls / calls
@@ -82,7 +90,8 @@ SIGNAL_COUNTS_SCHEMA: dict[str, Any] = {
     "model": pl.String,
     "calls": pl.Int64,
     "attempts": pl.Int64,
-    "errors": pl.Int64,  # failed attempts
+    "errors": pl.Int64,  # calls failed after their retries
+    "failed_attempts": pl.Int64,  # failed attempts but 429s (5xx, timeouts)
     "throttled": pl.Int64,  # 429 attempts
     "retries": pl.Int64,  # attempts beyond the first of each call
     "cold": pl.Int64,  # calls off the request path
@@ -218,6 +227,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
         "tokens",
         "sync",
         "resend",
+        pl.col("errored").cast(pl.Int64).alias("failed_calls"),
     )
     multi = spans.filter(repeated).sort("call_key", "start_ns")
     retries_previous = (
@@ -241,6 +251,8 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             pl.col("tokens").sum(),
             pl.col("sync").first(),
             pl.col("resend").max(),
+            # Sorted by start: the last span is the attempt whose outcome the user met.
+            pl.col("errored").last().cast(pl.Int64).alias("failed_calls"),
         )
         .select(single.columns)
     )
@@ -287,9 +299,16 @@ def _counted(calls: pl.DataFrame) -> pl.DataFrame:
     return calls.with_columns(pl.lit(1, pl.Int64).alias("calls"))
 
 
+def _failed_not_throttled() -> pl.Expr:
+    """A row's failed attempts that were not 429s (5xx, timeouts): a 429 attempt is a failed one
+    too (status Error), so it is taken out; a source counting them apart cannot go below 0."""
+    return (pl.col("failed_attempts") - pl.col("throttled_attempts")).clip(lower_bound=0)
+
+
 def signal_counts(calls: pl.DataFrame) -> pl.DataFrame:
-    """Per (window, provider, model): calls, attempts, failed and 429 attempts, retries and calls off
-    the request path (:data:`SIGNAL_COUNTS_SCHEMA`), from :func:`llm_call_rows`. Pure."""
+    """Per (window, provider, model): calls, calls failed after their retries, attempts, failed
+    attempts but 429s, 429 attempts, retries and calls off the request path
+    (:data:`SIGNAL_COUNTS_SCHEMA`), from :func:`llm_call_rows`. Pure."""
     if calls.is_empty():
         return empty(SIGNAL_COUNTS_SCHEMA)
     n = pl.col("calls")
@@ -299,7 +318,8 @@ def signal_counts(calls: pl.DataFrame) -> pl.DataFrame:
         .agg(
             n.sum().alias("calls"),
             pl.col("attempts").sum(),
-            pl.col("failed_attempts").sum().alias("errors"),
+            pl.col("failed_calls").sum().alias("errors"),
+            _failed_not_throttled().sum().alias("failed_attempts"),
             pl.col("throttled_attempts").sum().alias("throttled"),
             (pl.col("attempts").sum() - n.sum()).alias("retries"),
             n.filter(~pl.col("sync")).sum().alias("cold"),
@@ -311,7 +331,8 @@ def signal_counts(calls: pl.DataFrame) -> pl.DataFrame:
 
 def llm_calls_summary(calls: pl.DataFrame) -> pl.DataFrame:
     """Per (provider, model) of the current window: calls on and off the request path, attempts,
-    error, 429 and retry rates, tokens and backoff (:data:`LLM_CALLS_SCHEMA`). Pure."""
+    the rate of calls failed after their retries, of failed (not 429) attempts, of 429 attempts
+    and of retries, tokens and backoff (:data:`LLM_CALLS_SCHEMA`). Pure."""
     current = calls.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(LLM_CALLS_SCHEMA)
@@ -324,13 +345,16 @@ def llm_calls_summary(calls: pl.DataFrame) -> pl.DataFrame:
             n.filter(pl.col("sync")).sum().cast(pl.Int64).alias("sync_calls"),
             pl.col("attempts").sum(),
             pl.col("failed_attempts").sum(),
+            _failed_not_throttled().sum().alias("_failed_not_throttled"),
             pl.col("throttled_attempts").sum(),
+            pl.col("failed_calls").sum(),
             pl.col("tokens").sum(),
             (pl.col("backoff_ns").sum() / 1e6).alias("backoff_ms"),
         )
         .with_columns(
             (pl.col("calls") - pl.col("sync_calls")).alias("cold_calls"),
-            (pl.col("failed_attempts") / pl.col("attempts")).alias("error_rate"),
+            (pl.col("failed_calls") / pl.col("calls")).alias("error_rate"),
+            (pl.col("_failed_not_throttled") / pl.col("attempts")).alias("failed_attempt_rate"),
             (pl.col("throttled_attempts") / pl.col("attempts")).alias("throttle_rate"),
             ((pl.col("attempts") - pl.col("calls")) / pl.col("calls")).alias("retry_rate"),
         )

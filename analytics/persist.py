@@ -149,7 +149,16 @@ def _release_steps(ctx: DDLContext) -> list[str]:
     return [f"ALTER TABLE {ctx.name(history_table('releases'))}{ctx.on_cluster} {adds}"]
 
 
-# Versions 1-3, 7-10 and 13 of the analytics component (analytics.schema holds the others).
+def _llm_failed_attempts(ctx: DDLContext) -> list[str]:
+    # Tables made before an LLM error meant a call failed after its retries: the failed (not 429)
+    # attempts' rate beside it. Old rows read these as null (and their error_rate counted attempts).
+    schema = FRAME_SCHEMAS["llm_signals"]
+    columns = ("failed_attempt_rate_baseline", "failed_attempt_rate_current")
+    adds = ", ".join(f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(schema[c])}" for c in columns)
+    return [f"ALTER TABLE {ctx.name(history_table('llm_signals'))}{ctx.on_cluster} {adds}"]
+
+
+# Versions 1-3, 7-10, 13 and 19 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
@@ -159,6 +168,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(9, "tailwatch_analysis_hot_path sample size", _hot_path_sample),
     migration(10, "tailwatch_analysis_cold_path and _retry_amplification baselines", _baselines),
     migration(13, "tailwatch_analysis_releases step window", _release_steps),
+    migration(19, "tailwatch_analysis_llm_signals failed attempt rates", _llm_failed_attempts),
 )
 register_migrations(MIGRATIONS)
 

@@ -193,7 +193,10 @@ def _retries(data: dict[str, Any]) -> list[str]:
 def _llm_calls(data: dict[str, Any]) -> list[str]:
     """Per provider/model calls and attempts as sent over the wire."""
     out: list[str] = []
-    out += ["LLM CALLS (attempts as sent over the wire; rates of attempts, retries per call)"]
+    out += [
+        "LLM CALLS (attempts as sent over the wire; failed calls: failed after their retries, per call;"
+        " failed (5xx, timeout) and 429 attempts per attempt; retries per call)"
+    ]
     out += _table(
         [
             "provider",
@@ -202,8 +205,9 @@ def _llm_calls(data: dict[str, Any]) -> list[str]:
             "sync",
             "cold share",
             "attempts",
-            "errors",
-            "429",
+            "failed calls",
+            "failed attempts",
+            "429 attempts",
             "retries",
             "backoff s",
             "tokens",
@@ -217,6 +221,7 @@ def _llm_calls(data: dict[str, Any]) -> list[str]:
                 _fmt(c["cold_share"], 3),
                 _fmt(c["attempts"]),
                 _fmt(c["error_rate"], 3),
+                _fmt(c["failed_attempt_rate"], 3),
                 _fmt(c["throttle_rate"], 3),
                 _fmt(c["retry_rate"], 3),
                 _fmt(c["backoff_ms"] / 1000.0 if c["backoff_ms"] is not None else None, 1),
@@ -244,8 +249,11 @@ def _attribution(data: dict[str, Any]) -> list[str]:
             out.append(f"    {s['class']:<8} {s['span_name']}{model}  Δ {_fmt(s['delta_ms'])} ms")
         for g in a["llm_signals"]:
             out.append(
-                f"    {g['provider']}/{g['model']}: errors {_fmt(g['error_rate_baseline'], 3)}→"
-                f"{_fmt(g['error_rate_current'], 3)}  429 {_fmt(g['throttle_rate_baseline'], 3)}→"
+                f"    {g['provider']}/{g['model']}: failed calls {_fmt(g['error_rate_baseline'], 3)}→"
+                f"{_fmt(g['error_rate_current'], 3)}  failed attempts "
+                f"{_fmt(g.get('failed_attempt_rate_baseline'), 3)}→"
+                f"{_fmt(g.get('failed_attempt_rate_current'), 3)}"
+                f"  429 attempts {_fmt(g['throttle_rate_baseline'], 3)}→"
                 f"{_fmt(g['throttle_rate_current'], 3)}  retries {_fmt(g['retry_rate_baseline'], 3)}→"
                 f"{_fmt(g['retry_rate_current'], 3)}  cold share {_fmt(g['cold_share_baseline'], 3)}→"
                 f"{_fmt(g['cold_share_current'], 3)}"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from analytics.summary_tables import (
     aggregate_tables,
     aggregate_workflow_tables,
+    failed_calls_column,
     minutes_layer,
     summary_tables,
     summary_top_tables,
@@ -90,6 +91,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(15, "tailwatch_summary_minutes layer", minutes_layer),
     migration(16, "tailwatch_agg_workflow_hops and _runs", aggregate_workflow_tables),
     migration(17, "tailwatch_drift_reports", _drift_reports),
+    migration(18, "tailwatch_summary_llm_calls and _llm_call_minutes failed_calls", failed_calls_column),
 )
 
 register_migrations(MIGRATIONS)

@@ -126,9 +126,10 @@ __all__ = [
 
 _MINUTE = timedelta(minutes=1)
 # The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates),
-# 2 the workflow runs' (analytics.retries.retry_state). A build summarises again every minute
+# 2 the workflow runs' (analytics.retries.retry_state), 3 the LLM calls that failed after their
+# retries (failed_calls). A build summarises again every minute
 # recorded with an older layout.
-LAYER = 2
+LAYER = 3
 # Recorded for a chunk's minutes before its rows are written, replaced by LAYER once they all are:
 # a build killed in between leaves them so, and the next build summarises them again (after
 # deleting whatever part of their rows was written).
@@ -204,7 +205,7 @@ REQUEST_MINUTES_SCHEMA: dict[str, Any] = {
     "first_start": pl.Datetime("ns", "UTC"),
     "threshold_ms": pl.Float64,  # every request this slow or slower is a top request
 }
-_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens")
+_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens", "failed_calls")
 # The logical LLM calls summed per provider, model and path: per minute as kept, per window as read.
 _CALL_SUMS: dict[str, Any] = {
     "provider": pl.String,

@@ -34,6 +34,7 @@ __all__ = [
     "WORKFLOW_SPANS_TABLE",
     "aggregate_tables",
     "aggregate_workflow_tables",
+    "failed_calls_column",
     "minutes_layer",
     "summary_tables",
     "summary_top_tables",
@@ -83,7 +84,8 @@ _TABLES: tuple[tuple[str, str, str, str], ...] = (
     tokens Int64,
     sync Bool,
     start_ns Int64,
-    end_ns Int64""",
+    end_ns Int64,
+    failed_calls Int64""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -182,7 +184,8 @@ _TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
     failed_attempts Int64,
     throttled_attempts Int64,
     backoff_ns Int64,
-    tokens Int64""",
+    tokens Int64,
+    failed_calls Int64""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -290,6 +293,21 @@ def minutes_layer(ctx: DDLContext) -> list[str]:
         "ADD COLUMN IF NOT EXISTS layer UInt8 DEFAULT 0, "
         "ADD COLUMN IF NOT EXISTS conventions String DEFAULT ''"
     ]
+
+
+def failed_calls_column(ctx: DDLContext) -> list[str]:
+    """The LLM calls that failed after their retries, per call and per minute (tables made before
+    a 429 that was retried stopped counting as an error; fresh stores have the column from their
+    creation). Minutes summarised before read 0 until a build summarises them again (layer 3)."""
+    statements = []
+    for table in (CALLS_TABLE, CALL_MINUTES_TABLE):
+        # On a distributed cluster both the data table and the Distributed one in front of it.
+        for target in dict.fromkeys((ctx.local(table), table)):
+            statements.append(
+                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
+                "ADD COLUMN IF NOT EXISTS failed_calls Int64 DEFAULT 0"
+            )
+    return statements
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:

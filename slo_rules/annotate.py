@@ -190,8 +190,9 @@ def _llm_signal_annotations(
             return f"{fmt_pct(s.get(name + '_baseline'), digits)}→{fmt_pct(s.get(name + '_current'), digits)}"
 
         texts.append(
-            f"{_model_name(s.get('provider'), s.get('model'))}: errors {change('error_rate')}, "
-            f"429s {change('throttle_rate')}, retries {change('retry_rate')}, "
+            f"{_model_name(s.get('provider'), s.get('model'))}: failed calls {change('error_rate')}, "
+            f"failed attempts {change('failed_attempt_rate')}, 429s {change('throttle_rate')}, "
+            f"retries {change('retry_rate')}, "
             f"cold-path share {change('cold_share', 0)}"
         )
     main = signals[0]
@@ -202,7 +203,8 @@ def _llm_signal_annotations(
     changed = []
     for name, label, digits, notable in (
         ("throttle_rate", "429s", 1, 0.02),
-        ("error_rate", "errors", 1, 0.02),
+        ("error_rate", "failed calls", 1, 0.02),
+        ("failed_attempt_rate", "failed attempts", 1, 0.02),
         ("retry_rate", "retries", 1, 0.02),
         ("cold_share", "cold-path share", 0, 0.10),
     ):
@@ -215,6 +217,7 @@ def _llm_signal_annotations(
         "llm_signals": " | ".join(texts),
         "llm_model": _model_name(main.get("provider"), main.get("model")),
         "llm_error_rate": pair("error_rate"),
+        "llm_failed_attempt_rate": pair("failed_attempt_rate"),
         "llm_429_rate": pair("throttle_rate"),
         "llm_retry_rate": pair("retry_rate"),
         "llm_cold_share": pair("cold_share"),
@@ -357,7 +360,8 @@ def _backoff_s(call: Mapping[str, Any] | None) -> float | None:
 
 
 def _model_text(call: Mapping[str, Any], before: Mapping[str, Any] | None, short: bool = False) -> str:
-    """``openai gpt-4o: 429s 0.4%→12.0%, errors …, retries …, backoff 3.0 s→5.2 min`` (the current
+    """``openai gpt-4o: 429s 0.4%→12.0%, failed attempts …, failed calls …, retries …, backoff 3.0 s→5.2 min``
+    (failed calls: failed after their retries; failed attempts: 5xx, timeouts; the current
     value alone when the window before did not call the model)."""
 
     def change(column: str) -> str:
@@ -367,7 +371,11 @@ def _model_text(call: Mapping[str, Any], before: Mapping[str, Any] | None, short
     backoff = fmt_s(_backoff_s(call))
     if before is not None:
         backoff = f"{fmt_s(_backoff_s(before))}→{backoff}"
-    parts = [f"429s {change('throttle_rate')}", f"errors {change('error_rate')}"]
+    parts = [
+        f"429s {change('throttle_rate')}",
+        f"failed attempts {change('failed_attempt_rate')}",
+        f"failed calls {change('error_rate')}",
+    ]
     if not short:
         parts.append(f"retries {change('retry_rate')}")
     parts.append(f"backoff {backoff}")
@@ -391,6 +399,7 @@ def _provider_signal(
     return {
         "llm_model": _model_name(main.get("provider"), main.get("model")),
         "llm_429_rate": rate("throttle_rate"),
+        "llm_failed_attempt_rate": rate("failed_attempt_rate"),
         "llm_error_rate": rate("error_rate"),
         "llm_retry_rate": rate("retry_rate"),
         "llm_backoff_s": pair(_backoff_s(main), _backoff_s(was), 1),

@@ -180,7 +180,13 @@ _SPECS: dict[str, _Spec] = {
         _Spec("tailwatch_llm_calls", "Logical LLM calls in the analysis window.", ("provider", "model")),
         _Spec(
             "tailwatch_llm_call_error_ratio",
-            "Failed LLM call attempts over attempts in the analysis window.",
+            "LLM calls that failed after their retries over calls in the analysis window.",
+            ("provider", "model"),
+        ),
+        _Spec(
+            "tailwatch_llm_call_failed_attempt_ratio",
+            "LLM call attempts that failed other than with a 429 (5xx, timeouts) over attempts in the "
+            "analysis window.",
             ("provider", "model"),
         ),
         _Spec(
@@ -372,6 +378,7 @@ def analysis_families(
         key = (_label(r["provider"]), _label(r["model"]))
         b("tailwatch_llm_calls").row([(key, r["calls"])])
         b("tailwatch_llm_call_error_ratio").row([(key, r["error_rate"])])
+        b("tailwatch_llm_call_failed_attempt_ratio").row([(key, r["failed_attempt_rate"])])
         b("tailwatch_llm_call_throttle_ratio").row([(key, r["throttle_rate"])])
         b("tailwatch_llm_call_retry_ratio").row([(key, r["retry_rate"])])
         b("tailwatch_llm_call_cold_ratio").row([(key, r["cold_share"])])

@@ -1,7 +1,8 @@
 """Attribution: each operation's p99 change against the baseline, split into LLM and internal time.
 
 Per operation the split and the spans behind it; then the exemplar slow traces and, when there are
-LLM spans, their error, 429, retry and cold-path rates per provider and model.
+LLM spans, per provider and model the rate of calls that failed after their retries (what the user
+met), of failed (5xx, timeout) and of 429 attempts, of retries, and the cold-path share.
 """
 
 from __future__ import annotations
@@ -324,7 +325,8 @@ def _exemplar_table(attribution: pl.DataFrame) -> go.Table:
 
 def _signals_table(signals: pl.DataFrame) -> go.Table:
     def pair(row: dict[str, Any], name: str) -> str:
-        b, c = row[f"{name}_baseline"], row[f"{name}_current"]
+        # Runs stored before the failed-attempt rate existed lack it: shown as missing.
+        b, c = row.get(f"{name}_baseline"), row.get(f"{name}_current")
         return f"{_pct(b)} → {_pct(c)}"
 
     rows = list(signals.iter_rows(named=True))
@@ -332,6 +334,7 @@ def _signals_table(signals: pl.DataFrame) -> go.Table:
         [op_label(r["service"], r["operation"]) for r in rows],
         [f"{esc(r['provider'] or '—')} / {esc(r['model'] or '—')}" for r in rows],
         [pair(r, "error_rate") for r in rows],
+        [pair(r, "failed_attempt_rate") for r in rows],
         [pair(r, "throttle_rate") for r in rows],
         [pair(r, "retry_rate") for r in rows],
         [pair(r, "cold_share") for r in rows],
@@ -341,8 +344,9 @@ def _signals_table(signals: pl.DataFrame) -> go.Table:
             "values": [
                 "operation",
                 "provider / model",
-                "error rate",
-                "429 rate",
+                "failed calls (after retries)",
+                "failed attempts (5xx, timeout)",
+                "429 attempts",
                 "retry rate",
                 "cold-path share",
             ],

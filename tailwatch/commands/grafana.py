@@ -137,12 +137,14 @@ PANELS: Final[tuple[Panel, ...]] = (
         columns=("service", "operation", "verdict"),
     ),
     Panel(
-        "LLM calls: 429, error and retry rates",
-        "Per provider and model: attempts answered 429, failed attempts, attempts beyond the first per call.",
+        "LLM calls: 429s, failed attempts, failed calls and retries",
+        "Per provider and model: attempts answered 429, attempts failed otherwise (5xx, timeouts), calls "
+        "that failed after their retries (what the user met), attempts beyond the first per call.",
         "attribution",
         (
-            Target("tailwatch_llm_call_throttle_ratio", "{{provider}} {{model}} 429"),
-            Target("tailwatch_llm_call_error_ratio", "{{provider}} {{model}} errors"),
+            Target("tailwatch_llm_call_throttle_ratio", "{{provider}} {{model}} 429 attempts"),
+            Target("tailwatch_llm_call_failed_attempt_ratio", "{{provider}} {{model}} failed attempts"),
+            Target("tailwatch_llm_call_error_ratio", "{{provider}} {{model}} failed calls"),
             Target("tailwatch_llm_call_retry_ratio", "{{provider}} {{model}} retries"),
         ),
         unit="percentunit",

@@ -398,26 +398,64 @@ def test_no_change_means_verdict_none(store: Store) -> None:
 def test_llm_signals_show_throttling_retries_and_cold_share(store: Store) -> None:
     scenario = scenario_llm_regression()
     spans = list(scenario.spans)
-    # In the current hour: batch summaries call the same model from the cold path, and the hot
-    # path's slow calls were throttled once before succeeding.
+    # In the current hour: batch summaries call the same model from the cold path; 20 of the hot
+    # path's slow calls were throttled once before succeeding (a 429 the user never met); 10 were
+    # throttled on both their attempts (the call failed after its retry) and 5 failed once without a
+    # 429 (a timeout, not retried).
     for i in range(100):
         spans += cold_job("doc-summaries", at(3600 + i * 30.0), 1.0, 2.0, llm_model="gpt-4o")
     for i in range(20):
         spans += hot_request(
             "chat-api", "POST /chat", at(3600 + i * 150.0 + 1), 0.0, llm_ms=2500.0, llm_retries=1
         )
+    for i in range(10):
+        spans += hot_request(
+            "chat-api",
+            "POST /chat",
+            at(3600 + i * 300.0 + 2),
+            0.0,
+            llm_ms=2500.0,
+            llm_retries=1,
+            llm_throttled=True,
+            llm_status="Error",
+        )
+    for i in range(5):
+        spans += hot_request(
+            "chat-api", "POST /chat", at(3600 + i * 600.0 + 3), 0.0, llm_ms=2500.0, llm_status="Error"
+        )
     insert_spans(store, spans)
     analysis = analyze(store, scenario.start, scenario.end)
     assert _row(analysis.attribution, service="chat-api")["verdict"] == "llm"
     s = _row(analysis.llm_signals, service="chat-api", model="gpt-4o")
-    # current: 420 hot calls (20 of them with a throttled attempt before the one that succeeded) and
-    # 100 cold calls = 520 calls of 540 attempts. Failures and 429s are per attempt, retries and the
-    # cold share per call.
-    assert s["cold_share_current"] == pytest.approx(100 / 520)
-    assert s["throttle_rate_current"] == pytest.approx(20 / 540)
-    assert s["retry_rate_current"] == pytest.approx(20 / 520)
-    assert s["error_rate_current"] == pytest.approx(20 / 540)
+    # current: 400 + 20 + 10 + 5 hot calls and 100 cold ones = 535 calls, of 400 + 2 × 20 + 2 × 10
+    # + 5 + 100 = 565 attempts. Errors are calls failed after their retries (10 + 5), per call; 429s
+    # (20 + 2 × 10) and other failed attempts (5) per attempt; retries and the cold share per call.
+    assert s["error_rate_current"] == pytest.approx(15 / 535)
+    assert s["throttle_rate_current"] == pytest.approx(40 / 565)
+    assert s["failed_attempt_rate_current"] == pytest.approx(5 / 565)
+    assert s["retry_rate_current"] == pytest.approx(30 / 535)
+    assert s["cold_share_current"] == pytest.approx(100 / 535)
     assert s["cold_share_baseline"] == 0.0 and s["throttle_rate_baseline"] == 0.0
+    assert s["error_rate_baseline"] == 0.0 and s["failed_attempt_rate_baseline"] == 0.0
+    calls = _row(analysis.llm_calls, model="gpt-4o")
+    assert (calls["calls"], calls["failed_calls"]) == (535, 15)
+    assert calls["error_rate"] == pytest.approx(15 / 535)
+    assert calls["failed_attempt_rate"] == pytest.approx(5 / 565)
+
+
+def test_a_call_retried_after_a_429_is_no_error(store: Store) -> None:
+    # Every call got a 429 and succeeded on its retry: the user met no error.
+    spans = [
+        s
+        for i in range(50)
+        for s in hot_request("chat-api", "POST /chat", at(i * 10.0), 0.0, llm_ms=300.0, llm_retries=1)
+    ]
+    insert_spans(store, spans)
+    analysis = analyze(store, dt(at(0)), dt(at(3600)))
+    calls = _row(analysis.llm_calls, model="gpt-4o")
+    assert (calls["calls"], calls["attempts"], calls["throttled_attempts"]) == (50, 100, 50)
+    assert calls["failed_calls"] == 0 and calls["error_rate"] == 0.0
+    assert calls["failed_attempt_rate"] == 0.0 and calls["throttle_rate"] == pytest.approx(0.5)
 
 
 def test_llm_signal_counts_dedupe_spans_and_count_each_retry_once(store: Store) -> None:
@@ -441,12 +479,14 @@ def test_llm_signal_counts_dedupe_spans_and_count_each_retry_once(store: Store) 
     row = _row(frame, window="current", model="gpt-4o")
     # 3 + 1 + 1 + 1 distinct LLM spans make 4 logical calls (A's re-sends continue its first attempt)
     # of 3 + 2 + 1 + 1 attempts: B's resend count says an attempt before it was sent and failed.
-    # Retries: A's two re-sends and B's one; errors: A's two failed attempts and B's unexported one;
-    # 429s: A's two; C's call is the only cold one.
-    assert {k: row[k] for k in ("calls", "attempts", "errors", "throttled", "retries", "cold")} == {
+    # Retries: A's two re-sends and B's one; errors: none, every call ended in success; failed
+    # attempts but 429s: B's unexported one; 429s: A's two; C's call is the only cold one.
+    keys = ("calls", "attempts", "errors", "failed_attempts", "throttled", "retries", "cold")
+    assert {k: row[k] for k in keys} == {
         "calls": 4,
         "attempts": 7,
-        "errors": 3,
+        "errors": 0,
+        "failed_attempts": 1,
         "throttled": 2,
         "retries": 3,
         "cold": 1,
@@ -501,8 +541,8 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     }  # fmt: skip
     assert set(data["llm_calls"][0]) == {
         "provider", "model", "calls", "sync_calls", "cold_calls", "attempts", "failed_attempts",
-        "throttled_attempts", "error_rate", "throttle_rate", "retry_rate", "cold_share", "tokens",
-        "backoff_ms",
+        "throttled_attempts", "failed_calls", "error_rate", "failed_attempt_rate", "throttle_rate",
+        "retry_rate", "cold_share", "tokens", "backoff_ms",
     }  # fmt: skip
     ab = data["abandonment"][0]
     assert set(ab) == {"service", "operation", "bucket_ms", "buckets", "cliff_ms"} and ab["bucket_ms"] == 500

@@ -397,6 +397,10 @@ def test_attempts_are_the_http_children_and_sequential_calls_stay_calls() -> Non
     summary = llm_calls_summary(calls).row(0, named=True)
     assert summary["calls"] == 5 and summary["retry_rate"] == pytest.approx(4 / 5)
     assert summary["failed_attempts"] == 4 and summary["throttle_rate"] == pytest.approx(2 / 9)
+    # c4's SDK gave up but the application's call again (c5) succeeded: no call failed. Of the 4 failed
+    # attempts 2 were 429s, 2 (c4's 500s) were not.
+    assert summary["failed_calls"] == 0 and summary["error_rate"] == 0.0
+    assert summary["failed_attempt_rate"] == pytest.approx(2 / 9)
     assert summary["tokens"] == 125 and summary["backoff_ms"] == pytest.approx((30 + 10) / 1e6)
 
 

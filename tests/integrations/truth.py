@@ -340,11 +340,15 @@ class Truth:
                     "attempts": 0,
                     "failed_attempts": 0,
                     "throttled_attempts": 0,
+                    "failed_not_throttled": 0,
+                    "failed_calls": 0,
                     "tokens": 0,
                     "backoff_ms": 0.0,
                 },
             )
             row["calls"] += 1
+            # What the user met: the call's last span (by start) ended in failure.
+            row["failed_calls"] += int(span_failed(call[-1]))
             row["sync_calls"] += int(self.is_sync(first))
             for s in call:
                 row["tokens"] += self.call_tokens(s)
@@ -353,6 +357,9 @@ class Truth:
                     row["attempts"] += len(attempts)
                     row["failed_attempts"] += sum(attempt_failed(a) for a in attempts)
                     row["throttled_attempts"] += sum(http_status(a) == 429 for a in attempts)
+                    row["failed_not_throttled"] += sum(
+                        attempt_failed(a) and http_status(a) != 429 for a in attempts
+                    )
                     row["backoff_ms"] += (
                         sum(max(0, b["start_ns"] - a["end_ns"]) for a, b in pairwise(attempts)) / 1e6
                     )
@@ -360,9 +367,11 @@ class Truth:
                     row["attempts"] += 1
                     row["failed_attempts"] += int(span_failed(s))
                     row["throttled_attempts"] += int(http_status(s) == 429)
+                    row["failed_not_throttled"] += int(span_failed(s) and http_status(s) != 429)
         for row in acc.values():
             row["cold_calls"] = row["calls"] - row["sync_calls"]
-            row["error_rate"] = _ratio(row["failed_attempts"], row["attempts"])
+            row["error_rate"] = _ratio(row["failed_calls"], row["calls"])
+            row["failed_attempt_rate"] = _ratio(row.pop("failed_not_throttled"), row["attempts"])
             row["throttle_rate"] = _ratio(row["throttled_attempts"], row["attempts"])
             row["retry_rate"] = _ratio(row["attempts"] - row["calls"], row["calls"])
             row["cold_share"] = _ratio(row["cold_calls"], row["calls"])

@@ -58,6 +58,8 @@ QUIET = {
     "retry_rate_current": 0.012,
     "cold_share_baseline": 0.05,
     "cold_share_current": 0.06,
+    "failed_attempt_rate_baseline": 0.004,
+    "failed_attempt_rate_current": 0.005,
 }
 
 
@@ -80,7 +82,8 @@ def test_noisy_neighbour_and_throttling_show_in_the_first_line() -> None:
     notes = attribution_annotations(_analysis("llm", crowded), "chat-api", "POST /chat")
     assert notes["summary_tail"].endswith("; openai gpt-4o: 429s 0.0% → 12.0%, cold-path share 5% → 55%")
     assert notes["llm_signals"] == (
-        "openai gpt-4o: errors 0.1%→0.2%, 429s 0.0%→12.0%, retries 1.0%→1.2%, cold-path share 5%→55%"
+        "openai gpt-4o: failed calls 0.1%→0.2%, failed attempts 0.4%→0.5%, 429s 0.0%→12.0%, "
+        "retries 1.0%→1.2%, cold-path share 5%→55%"
     )
 
 

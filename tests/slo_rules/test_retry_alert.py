@@ -35,11 +35,13 @@ rules:
 
 
 def _llm_calls(*rows: dict[str, Any]) -> pl.DataFrame:
-    """``llm_calls`` rows from counts, the rates derived as the analytics derive them."""
+    """``llm_calls`` rows from counts, the rates derived as the analytics derive them: errors are
+    calls failed after their retries, per call; failed (not 429) and 429 attempts per attempt."""
     full = []
     for r in rows:
         calls, attempts = r["calls"], r["attempts"]
         failed, throttled = r.get("failed_attempts", 0), r.get("throttled_attempts", 0)
+        failed_calls = r.get("failed_calls", 0)
         full.append(
             {
                 "sync_calls": 0,
@@ -50,7 +52,9 @@ def _llm_calls(*rows: dict[str, Any]) -> pl.DataFrame:
                 **r,
                 "failed_attempts": failed,
                 "throttled_attempts": throttled,
-                "error_rate": failed / attempts,
+                "failed_calls": failed_calls,
+                "error_rate": failed_calls / calls,
+                "failed_attempt_rate": max(failed - throttled, 0) / attempts,
                 "throttle_rate": throttled / attempts,
                 "retry_rate": (attempts - calls) / calls,
             }
@@ -94,7 +98,7 @@ CALM = _llm_calls(
 )  # fmt: skip
 THROTTLED = _llm_calls(
     {"provider": "openai", "model": "gpt-4o", "calls": 500, "attempts": 900, "failed_attempts": 400,
-     "throttled_attempts": 360, "backoff_ms": 310_000.0},
+     "throttled_attempts": 360, "failed_calls": 20, "backoff_ms": 310_000.0},
     {"provider": "anthropic", "model": "claude-sonnet-4", "calls": 100, "attempts": 100},
 )  # fmt: skip
 HEALTHY = _llm_calls({"provider": "openai", "model": "gpt-4o", "calls": 500, "attempts": 500})
@@ -141,17 +145,22 @@ def test_a_throttled_provider_is_the_cause_with_its_429s(store: Store) -> None:
     assert notes["llm_retry_share"] == "0.978"  # 180 of 184 retries follow the provider's failures
     assert notes["llm_model"] == "openai gpt-4o"
     assert notes["llm_429_rate"] == "0.004 → 0.4"
-    assert notes["llm_error_rate"] == "0.0099 → 0.4444"
+    # 20 of 500 calls failed after their retries; 5 − 2 of 505 and 400 − 360 of 900 attempts failed
+    # other than with a 429.
+    assert notes["llm_error_rate"] == "0 → 0.04"
+    assert notes["llm_failed_attempt_rate"] == "0.0059 → 0.0444"
     assert notes["llm_retry_rate"] == "0.01 → 0.8"
     assert notes["llm_backoff_s"] == "3 → 310"
     # The hop's name names its model: the other provider of the window is not blamed.
     assert notes["llm_signals"] == (
-        "openai gpt-4o: 429s 0.4%→40.0%, errors 1.0%→44.4%, retries 1.0%→80.0%, backoff 3.0 s→310 s"
+        "openai gpt-4o: 429s 0.4%→40.0%, failed attempts 0.6%→4.4%, failed calls 0.0%→4.0%, "
+        "retries 1.0%→80.0%, backoff 3.0 s→310 s"
     )
     assert notes["retried_hops"] == "chat gpt-4o 90.0% (llm), lookup 2.0% (internal)"
     assert (
         "; cause llm: 98% of the retries follow failed model calls "
-        "(openai gpt-4o: 429s 0.4%→40.0%, errors 1.0%→44.4%, backoff 3.0 s→310 s); "
+        "(openai gpt-4o: 429s 0.4%→40.0%, failed attempts 0.6%→4.4%, failed calls 0.0%→4.0%, "
+        "backoff 3.0 s→310 s); "
         "retries by hop: chat gpt-4o 90.0% (llm), lookup 2.0% (internal)"
     ) in notes["summary"]
     assert notes["exemplar_trace_ids"] == "c" * 32
@@ -171,7 +180,8 @@ def test_retries_of_the_workflows_own_steps_are_internal(store: Store) -> None:
     assert notes["retried_hops"] == "search 30.0% (internal), validate 15.0% (internal)"
     assert (
         "cause internal: the retries are the workflow's own steps (search, validate), not the provider "
-        "(openai gpt-4o: 429s 0.0%→0.0%, errors 0.0%→0.0%, backoff 0 ms→0 ms)"
+        "(openai gpt-4o: 429s 0.0%→0.0%, failed attempts 0.0%→0.0%, failed calls 0.0%→0.0%, "
+        "backoff 0 ms→0 ms)"
     ) in notes["summary"]
 
 
@@ -274,8 +284,10 @@ def test_model_calls_that_time_out_are_the_providers(store: Store) -> None:
     assert storm.labels == {"alertname": "retries", "severity": "ticket", "workflow": "claims-triage"}
     assert notes["cause"] == "llm" and notes["llm_retry_share"] == "1"
     assert notes["llm_model"] == "openai gpt-4o"
-    # 30 failed of 630 attempts; no 429; nothing called the model the hour before.
-    assert (notes["llm_error_rate"], notes["llm_429_rate"]) == ("0.0476", "0")
+    # 30 failed of 630 attempts, each retried to success: no call failed; no 429; nothing called the
+    # model the hour before.
+    assert (notes["llm_error_rate"], notes["llm_429_rate"]) == ("0", "0")
+    assert notes["llm_failed_attempt_rate"] == "0.0476"
     assert "observed 1.050× attempts (limit 1.03×) and 1.050× tokens over 200 runs" in notes["summary"]
     assert "would compound to 1.158×" in notes["summary"]
     assert (

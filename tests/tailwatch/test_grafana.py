@@ -70,6 +70,7 @@ def test_every_query_reads_a_series_of_metrics_and_every_panel_links_back() -> N
         "tailwatch_attribution_verdict",
         "tailwatch_attribution_p99_delta_seconds",
         "tailwatch_llm_call_throttle_ratio",
+        "tailwatch_llm_call_failed_attempt_ratio",
         "tailwatch_llm_call_error_ratio",
         "tailwatch_llm_call_retry_ratio",
         "tailwatch_alerts",

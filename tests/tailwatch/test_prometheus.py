@@ -166,6 +166,7 @@ def test_gauges_are_in_base_units_with_the_span_data_labels() -> None:
                 model="gpt-4o",
                 calls=100,
                 error_rate=0.02,
+                failed_attempt_rate=0.03,
                 throttle_rate=0.01,
                 retry_rate=0.1,
                 cold_share=float("nan"),  # a ratio over nothing: no sample
@@ -216,6 +217,7 @@ def test_gauges_are_in_base_units_with_the_span_data_labels() -> None:
     }
     provider = {"provider": "openai", "model": "gpt-4o"}
     assert got["tailwatch_llm_call_error_ratio"] == {_labels(**provider): 0.02}
+    assert got["tailwatch_llm_call_failed_attempt_ratio"] == {_labels(**provider): 0.03}
     assert got["tailwatch_llm_call_throttle_ratio"] == {_labels(**provider): 0.01}
     assert got["tailwatch_llm_call_retry_ratio"] == {_labels(**provider): 0.1}
     assert "tailwatch_llm_call_cold_ratio" not in got
