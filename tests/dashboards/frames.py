@@ -263,6 +263,8 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "retry_rate_current": [0.1],
             "cold_share_baseline": [0.05],
             "cold_share_current": [0.4],
+            "failed_attempt_rate_baseline": [0.003],
+            "failed_attempt_rate_current": [0.004],
         }
     )
     # The LLM operation is over its cliff budget and would be within it without its model call; the

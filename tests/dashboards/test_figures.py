@@ -211,7 +211,17 @@ def test_attribution_split_and_spans_match(analysis: Analysis, figures: dict[str
     assert len(tables) == 2
     exemplars = tables[0].cells.values
     assert exemplars[2][0] == "a" * 32 + ", " + "b" * 32
-    assert list(tables[1].cells.values[3]) == ["0.0% → 12.0%"]  # the 429 rate, baseline → current
+    # Baseline → current: calls failed after their retries, failed attempts but 429s, 429 attempts.
+    assert [list(tables[1].cells.values[i]) for i in (2, 3, 4)] == [
+        ["1.0% → 2.0%"],
+        ["0.3% → 0.4%"],
+        ["0.0% → 12.0%"],
+    ]
+    assert list(tables[1].header.values[2:5]) == [
+        "failed calls (after retries)",
+        "failed attempts (5xx, timeout)",
+        "429 attempts",
+    ]
     titles = " ".join(a.text for a in fig.layout.annotations)
     assert "verdict <b>llm</b>" in titles and "verdict <b>internal</b>" in titles
     assert "HotPathP99Regression (resolved, cause llm)" in titles
