@@ -132,6 +132,10 @@ class FlavourContract:
         assert all(len(v) >= 25 for v in requests.values())
         calls = truth.llm_calls(cur)
         assert any(c["throttled_attempts"] > 0 for c in calls.values()), "no SDK retry on a 429"
+        # Some 429 attempts were retried into a success: a call the user met no error on.
+        assert any(c["throttled_attempts"] > c["failed_calls"] for c in calls.values()), (
+            "no call won after a 429"
+        )
         assert any(c["cold_calls"] > 0 for c in calls.values()), "no LLM call under a consumer"
         wf = truth.workflows(cur)[WORKFLOW]
         assert wf["attempt_amplification"] > 1 and wf["token_amplification"] > 1
