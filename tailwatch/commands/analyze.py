@@ -39,7 +39,6 @@ def _latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
     """(service glob, operation glob) of every ``latency_slo`` rule of the configured rule files:
     the hot operations with a latency target, for the drift report's ``no_latency_target``."""
     from slo_rules import RuleError, load_rules
-    from slo_rules.rules import LatencySloRule
 
     try:
         rules = load_rules(rule_files)
@@ -47,7 +46,7 @@ def _latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
         # The analysis does not need the rules: say why every hot operation counts as without target.
         click.echo(f"tailwatch: drift report: rule files not read, no latency target known ({exc})", err=True)
         return []
-    return [(r.service, r.operation) for r in rules.rules if isinstance(r, LatencySloRule)]
+    return [(r.service, r.operation) for r in rules.rules if r.kind == "latency_slo"]
 
 
 @click.command("analyze")

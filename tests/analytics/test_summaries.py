@@ -279,7 +279,9 @@ def test_the_mix_gives_every_metric_something_to_compare(
 ) -> None:
     # The comparisons below mean something only if every metric has rows in this window.
     full = window_analyses.full
-    for name in FRAME_SCHEMAS:
+    # Hedged calls already in production are rare and this mix has none: tests/integrations/
+    # test_hedge_spans.py checks them on the real client's spans.
+    for name in (n for n in FRAME_SCHEMAS if n != "existing_hedges"):
         assert full.frames[name].height > 0, f"no {name} rows in the window"
     assert _request_counts(full) == _requests_in(dataset.spans, START, END)
     baseline = full.retry_amplification.row(0, named=True)
