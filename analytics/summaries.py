@@ -1306,6 +1306,13 @@ class SummaryInputs:
         return self._states[every]
 
     def _request_state(self, every: timedelta | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+        return self._merged_state(every, self._agg_pieces[0], self._rest_rows)
+
+    def _merged_state(
+        self, every: timedelta | None, whole: list[tuple[datetime, datetime]], rows: pl.DataFrame
+    ) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """(totals, latency histogram) per (service, operation[, bucket_start]) of the aggregates of
+        the ``whole`` minutes and the request ``rows`` of the rest."""
         group, sql_group, extra = [], "", dict[str, Any]()
         if every is not None:
             group = [series_bucket(every)]
@@ -1321,14 +1328,15 @@ class SummaryInputs:
             "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned",
             keys,
             extra=extra,
+            whole=whole,
         )
         latency = self._merged(
             f"service, operation{sql_group}, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
             keys + ", bucket",
             "ARRAY JOIN lat_bucket AS b, lat_weight AS w, lat_n AS n",
             extra=extra,
+            whole=whole,
         )
-        rows = self._rest_rows
         extra_schema = {"bucket_start": pl.Datetime("us", "UTC")} if every is not None else {}
         totals_schema = {**TOTALS_STATE_SCHEMA, **extra_schema}
         latency_schema = {**LATENCY_STATE_SCHEMA, **extra_schema}
@@ -1343,41 +1351,18 @@ class SummaryInputs:
         windows' whole minutes and the request rows of the rest: within the sketch's relative
         error, whatever the window's length."""
         w = self.windows
-        frames = []
-        for label, (a, b) in (
-            ("current", (w.start, w.end)),
-            ("baseline", (w.baseline_start, w.baseline_end)),
-        ):
-            whole, rest = self._pieces(a, b)
-            latency = self._merged(
-                "service, operation, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
-                "service, operation, bucket",
-                "ARRAY JOIN lat_bucket AS b, lat_weight AS w, lat_n AS n",
-                whole=whole,
+        whole, rest = self._pieces(w.baseline_start, w.baseline_end)
+        # The current window's state is the hot path's (computed once); the baseline's, merged now.
+        states = (
+            ("current", self.request_state()),
+            ("baseline", self._merged_state(None, whole, self._rows_of(rest))),
+        )
+        frames = [
+            tail_stats_from_state(totals, latency, q, self.conv.min_sampled_tail).with_columns(
+                pl.lit(label).alias("window")
             )
-            totals = self._merged(
-                "service, operation, toInt64(sum(requests)) AS requests, sum(weight) AS weight, "
-                "sum(weight_sq) AS weight_sq, min(weight_min) AS weight_min, max(weight_max) AS weight_max, "
-                "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned",
-                "service, operation",
-                whole=whole,
-            )
-            rows = self._rows_of(rest)
-            frames.append(
-                tail_stats_from_state(
-                    pl.concat(
-                        [_cast(totals, TOTALS_STATE_SCHEMA), _cast(totals_state(rows), TOTALS_STATE_SCHEMA)]
-                    ),
-                    pl.concat(
-                        [
-                            _cast(latency, LATENCY_STATE_SCHEMA),
-                            _cast(latency_state(rows), LATENCY_STATE_SCHEMA),
-                        ]
-                    ),
-                    q,
-                    self.conv.min_sampled_tail,
-                ).with_columns(pl.lit(label).alias("window"))
-            )
+            for label, (totals, latency) in states
+        ]
         return pl.concat(frames).select("service", "operation", "window", "n", "p99")
 
     @property
