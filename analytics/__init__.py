@@ -17,7 +17,7 @@ from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
-from analytics.drift import DriftFinding, drift_report, stored_drift_report
+from analytics.drift import DriftFinding, DriftKind, drift_report, stored_drift_report
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
@@ -29,6 +29,7 @@ __all__ = [
     "Conventions",
     "ConventionsError",
     "DriftFinding",
+    "DriftKind",
     "Recommendation",
     "SpanClass",
     "SummaryBuild",

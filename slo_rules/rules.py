@@ -42,6 +42,7 @@ from pydantic import (
     model_validator,
 )
 
+from analytics import DriftKind
 from slo_rules.errors import RuleError, RuleProblem
 from storage import format_duration, parse_duration
 
@@ -331,16 +332,6 @@ class SliceRegressionRule(_RuleBase, _HotSelector):
             and fnmatch.fnmatchcase(flag, self.flag)
             and fnmatch.fnmatchcase(variant, self.variant)
         )
-
-
-DriftKind = Literal[
-    "shared_operation",
-    "batch_shrinking",
-    "unit_cost_rising",
-    "queue_unbounded",
-    "whole_batch_retry",
-    "no_latency_target",
-]
 
 
 class ArchitectureDriftRule(_RuleBase, _HotSelector):
