@@ -224,6 +224,28 @@ def with_critical_path(
     )
 
 
+# An operation without abandonment buckets: nothing to save.
+NO_CURVE = pl.DataFrame(schema={"lo_ms": pl.Int64, "rate": pl.Float64, "abandoned": pl.Int64})
+
+
+def abandonment_by_operation(
+    abandonment_summary: pl.DataFrame, buckets: pl.DataFrame
+) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], pl.DataFrame]]:
+    """Per (service, operation): its abandonment cliff (for the budget) and its curve (the buckets,
+    for the abandoned requests saved)."""
+    cliffs = {
+        (str(service), str(operation)): cliff
+        for service, operation, cliff in abandonment_summary.select("service", "operation", "cliff_ms").rows()
+    }
+    curves = {
+        (str(key[0]), str(key[1])): curve
+        for key, curve in (
+            buckets.partition_by("service", "operation", as_dict=True) if not buckets.is_empty() else {}
+        ).items()
+    }
+    return cliffs, curves
+
+
 def budget_for(
     service: str, operation: str, cliff_ms: int | None, conventions: Conventions
 ) -> tuple[float | None, BudgetSource | None]:
@@ -400,17 +422,7 @@ def boundary_of(
     if not samples:
         return empty(BOUNDARY_SCHEMA), empty(BOUNDARY_RELEASES_SCHEMA)
     per_day = 86400.0 / window_seconds
-    cliffs = {
-        (str(service), str(operation)): cliff
-        for service, operation, cliff in abandonment_summary.select("service", "operation", "cliff_ms").rows()
-    }
-    no_curve = empty({"lo_ms": pl.Int64, "rate": pl.Float64, "abandoned": pl.Int64})
-    curves = {
-        (str(key[0]), str(key[1])): curve
-        for key, curve in (
-            buckets.partition_by("service", "operation", as_dict=True) if not buckets.is_empty() else {}
-        ).items()
-    }
+    cliffs, curves = abandonment_by_operation(abandonment_summary, buckets)
     released = {
         (r["service"], r["operation"], r["version"]): r["released_at"]
         for r in release_rows.select("service", "operation", "version", "released_at").iter_rows(named=True)
@@ -423,7 +435,7 @@ def boundary_of(
         total, calls, n_eff = sample.total, sample.calls, sample.n_eff
         budget, source = budget_for(service, operation, cliffs.get((service, operation)), conventions)
         p99, p99_without = _p99(latency, weights), _p99(without, without_weights)
-        curve = curves.get((service, operation), no_curve)
+        curve = curves.get((service, operation), NO_CURVE)
         saved = _saved_per_day(
             latency, without, curve, conventions.bucket_ms, per_day, weights, without_weights
         )

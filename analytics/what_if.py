@@ -56,7 +56,16 @@ import numpy as np
 import polars as pl
 
 from analytics._common import empty
-from analytics.boundary import _count_over, _p99, _saved_per_day, _weights, budget_for, union_ns_per_row
+from analytics.boundary import (
+    NO_CURVE,
+    _count_over,
+    _p99,
+    _saved_per_day,
+    _weights,
+    abandonment_by_operation,
+    budget_for,
+    union_ns_per_row,
+)
 from analytics.conventions import Conventions
 
 __all__ = [
@@ -380,19 +389,7 @@ def what_if(
         return empty(WHAT_IF_SCHEMA)
     conv = conventions
     per_day = 86400.0 / seconds
-    cliffs = {
-        (str(s), str(o)): c
-        for s, o, c in abandonment_summary.select("service", "operation", "cliff_ms").rows()
-    }
-    no_curve = empty({"lo_ms": pl.Int64, "rate": pl.Float64, "abandoned": pl.Int64})
-    curves = {
-        (str(key[0]), str(key[1])): curve
-        for key, curve in (
-            abandonment_buckets.partition_by("service", "operation", as_dict=True)
-            if not abandonment_buckets.is_empty()
-            else {}
-        ).items()
-    }
+    cliffs, curves = abandonment_by_operation(abandonment_summary, abandonment_buckets)
     requests = requests.with_columns(pl.col("weight").fill_null(1.0))
     every_call = (
         calls.join(
@@ -423,7 +420,7 @@ def what_if(
         ).join(group.select("trace_key", "_row"), on="trace_key", how="inner", maintain_order="left")
         if op_calls.is_empty():
             continue
-        curve = curves.get((service, operation), no_curve)
+        curve = curves.get((service, operation), NO_CURVE)
         rows += _operation_rows(service, operation, group, op_calls, pools, cliffs, curve, per_day, conv)
     if not rows:
         return empty(WHAT_IF_SCHEMA)
