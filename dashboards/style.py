@@ -19,6 +19,7 @@ __all__ = [
     "ALERT_RESOLVED",
     "BASELINE",
     "BASELINE_BAND",
+    "CHEAPEST",
     "CLIFF",
     "INTERNAL",
     "LLM",
@@ -56,6 +57,8 @@ REQUESTS = "#b0b0b0"
 OBSERVED = "#1d3557"
 MODEL = "#a8dadc"
 TOKENS = "#e9c46a"
+# The what-if option a boundary panel marks: the cheapest one under the budget.
+CHEAPEST = "#2ca02c"
 
 # The modebar's height: the legend starts below it.
 MODEBAR_PX = 36

@@ -24,6 +24,7 @@ __all__ = [
     "VIEWS",
     "VIEW_TITLES",
     "View",
+    "add_hline",
     "add_vline",
     "axis_refs",
     "count_of",
@@ -132,6 +133,44 @@ def add_vline(
         showarrow=False,
         xanchor="left",
         yanchor="top",
+        font={"size": 10, "color": colour},
+        bgcolor="rgba(255,255,255,0.7)",
+    )
+
+
+def add_hline(
+    fig: go.Figure,
+    row: int,
+    col: int,
+    y: float,
+    label: str,
+    colour: str,
+    *,
+    dash: str = "dot",
+    label_above: bool = True,
+) -> None:
+    """A horizontal marker across the full width of one subplot, its (already escaped) label at the
+    right end, above the line or below it."""
+    xref, yref = axis_refs(fig, row, col)
+    fig.add_shape(
+        type="line",
+        xref=f"{xref} domain",
+        yref=yref,
+        x0=0,
+        x1=1,
+        y0=y,
+        y1=y,
+        line={"color": colour, "width": 1.5, "dash": dash},
+    )
+    fig.add_annotation(
+        x=1.0,
+        y=y,
+        xref=f"{xref} domain",
+        yref=yref,
+        text=label,
+        showarrow=False,
+        xanchor="right",
+        yanchor="bottom" if label_above else "top",
         font={"size": 10, "color": colour},
         bgcolor="rgba(255,255,255,0.7)",
     )

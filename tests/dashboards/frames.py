@@ -7,6 +7,7 @@ span can set, to prove nothing in them is interpreted as markup.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import polars as pl
@@ -315,6 +316,38 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         schema=FRAME_SCHEMAS["boundary"],
         orient="row",
     )
+    # The LLM operation's what-if options, as analytics.what_if reports them without a price table (no
+    # cost), against its p99 of 2,100 ms and budget of 2,000 ms. Under the budget: the hedge (5% more
+    # tokens) and, at no extra tokens or calls, the timeout, the cheaper model and moving the calls
+    # off — of which the boundary recommends the timeout. The other model's name is hostile.
+    options = [
+        # option, parameter, p99, abandoned saved/day, extra calls, extra tokens
+        ("hedge", "T=p95", 1700.0, 60.0, 0.05, 0.05),
+        ("hedge", "T=p80 best≤10% tokens", 1650.0, 70.0, 0.2, 0.2),
+        ("timeout_fallback", "T=p95 F=50ms", 1800.0, 50.0, 0.0, 0.0),
+        ("route_model", f"openai/{HOSTILE_TEMPLATE if hostile else 'gpt-4o'}", 2300.0, -10.0, 0.0, 0.0),
+        ("route_model", "openai/gpt-4o-mini", 1900.0, 30.0, 0.0, 0.0),
+        ("move_off_hot_path", "replacement=0ms", 650.0, 120.0, 0.0, 0.0),
+    ]
+    what_if = pl.DataFrame(
+        {
+            "service": [svc] * len(options),
+            "operation": [op_llm] * len(options),
+            "option": [o[0] for o in options],
+            "parameter": [o[1] for o in options],
+            "requests": [2000] * len(options),
+            "budget_ms": [2000.0] * len(options),
+            "p99_ms": [o[2] for o in options],
+            "p99_delta_ms": [o[2] - 2100.0 for o in options],
+            "requests_over_budget": [300.0 if o[2] >= 2000.0 else 100.0 for o in options],
+            "abandoned_saved_per_day": [o[3] for o in options],
+            "extra_calls_ratio": [o[4] for o in options],
+            "extra_tokens_ratio": [o[5] for o in options],
+            "extra_cost_per_day": [None] * len(options),
+            "assumption": [f"{o[0]}: independent draws from the same window" for o in options],
+        },
+        schema=FRAME_SCHEMAS["what_if"],
+    )
     flag = HOSTILE_FLAG if hostile else "summarize-off-hot-path"
     slices = pl.DataFrame(
         [
@@ -372,6 +405,7 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         baseline_start=START - (END - START),
         baseline_end=START,
         boundary=boundary,
+        what_if=what_if,
         slices=slices,
         hot_path=hot_path,
         releases=releases,
@@ -388,6 +422,23 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         attribution_spans=attribution_spans,
         llm_signals=llm_signals,
     )
+
+
+# Extra cost a day (USD) per what-if option of the sample, as with a price table: the hedges pay for
+# their tokens, the cheaper model saves money, the other model has no price (its cost unknown).
+PRICES = {
+    "T=p95": 12.4,
+    "T=p80 best≤10% tokens": 49.6,
+    "T=p95 F=50ms": 0.0,
+    "openai/gpt-4o-mini": -3.1,
+    "replacement=0ms": 0.0,
+}
+
+
+def priced(analysis: Analysis) -> Analysis:
+    """The analysis with an ``extra_cost_per_day`` on its what-if options (:data:`PRICES`)."""
+    cost = pl.col("parameter").replace_strict(PRICES, default=None, return_dtype=pl.Float64)
+    return replace(analysis, what_if=analysis.what_if.with_columns(cost.alias("extra_cost_per_day")))
 
 
 def sample_alerts(hostile: bool = True) -> pl.DataFrame:

@@ -10,6 +10,7 @@ from collectors import insert_spans
 from dashboards import VIEWS, export_dashboards, write_dashboards
 from dashboards.export import TRACE_END_SLACK
 from dashboards.views.attribution import EXEMPLARS, SPANS_TITLE, SPLIT_TITLE
+from dashboards.views.boundary import COLUMN_TITLES
 from slo_rules import trace_link
 from storage import Store
 from tests.dashboards.browser import chromium, open_page, overlapping, text_boxes
@@ -18,6 +19,7 @@ from tests.dashboards.frames import (
     HOSTILE_FLAG,
     HOSTILE_TEMPLATE,
     oncall_alerts,
+    priced,
     sample_alerts,
     sample_analysis,
 )
@@ -87,6 +89,35 @@ def test_attribution_titles_never_overlap_at_common_widths(tmp_path: Path) -> No
             assert len(columns) == 4, [b["text"] for b in boxes]
             assert headline["y"] + headline["height"] <= min(b["y"] for b in columns) + 1
             assert "alert: hot-path-p99-regression" in headline["text"]
+            assert shot.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("prices", [False, True], ids=["tokens", "prices"])
+def test_boundary_titles_never_overlap_at_common_widths(tmp_path: Path, prices: bool) -> None:
+    """Each operation's headline, its three column titles, the what-if panel's line labels and axis
+    titles (with and without a price table): at 1280 and 1920 px no two texts of the figure share
+    pixels, and each headline is above its row's column titles."""
+    analysis = sample_analysis(hostile=True)
+    write_dashboards(priced(analysis) if prices else analysis, tmp_path, alerts=oncall_alerts(hostile=True))
+    with chromium() as browser:
+        for width in (1280, 1920):
+            shot = tmp_path / f"boundary-{width}.png"
+            boxes = text_boxes(browser, tmp_path / "boundary.html", width, screenshot=shot)
+            assert overlapping(boxes) == [], width
+            texts = [b["text"] for b in boxes]
+            for title in COLUMN_TITLES:
+                assert texts.count(title) == analysis.boundary.height, (title, texts)
+            headlines = [b for b in boxes if b["text"].startswith("chat-api · ")]
+            assert len(headlines) == analysis.boundary.height, texts
+            columns = sorted((b for b in boxes if b["text"] in COLUMN_TITLES), key=lambda b: b["y"])
+            for i, headline in enumerate(sorted(headlines, key=lambda b: b["y"])):
+                row = columns[3 * i : 3 * i + 3]
+                assert headline["y"] + headline["height"] <= min(b["y"] for b in row) + 1, width
+            axis = "extra cost (USD/day)" if prices else "extra tokens, share of the calls' (no price table)"
+            [axis_title] = [t for t in texts if t.startswith(axis)]
+            # With prices, the option whose model has none is named under the axis, not drawn.
+            assert ("not drawn: cost unknown" in axis_title) is prices
+            assert "budget 2,000 ms" in texts and "p99 now 2,100 ms" in texts
             assert shot.stat().st_size > 10_000
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from analytics import Analysis
 from dashboards import NO_ALERTS_TEXT, VIEWS, build_figures
-from dashboards.figures import MAX_PANELS, hot_path_figure
+from dashboards.figures import MAX_PANELS, boundary_figure, hot_path_figure
 from dashboards.style import (
     CLIFF,
     INTERNAL,
@@ -23,7 +23,7 @@ from dashboards.style import (
     esc,
     naive_utc,
 )
-from dashboards.views._common import count_of
+from dashboards.views._common import count_of, rows_of
 from dashboards.views.abandonment import MIN_BUCKET_REQUESTS
 from tests.dashboards.frames import (
     HOSTILE,
@@ -31,6 +31,7 @@ from tests.dashboards.frames import (
     HOSTILE_TEMPLATE,
     START,
     empty_like,
+    priced,
     sample_alerts,
     sample_analysis,
 )
@@ -239,13 +240,134 @@ def test_boundary_bars_budget_and_slices_match(analysis: Analysis, figures: dict
         assert LLM not in bar.marker.color and INTERNAL not in bar.marker.color
     headlines = " ".join(a.text for a in fig.layout.annotations)
     assert "move the model calls off the hot path" in headlines and "within budget" in headlines
-    budget_lines = [s for s in fig.layout.shapes if s.type == "line"]
+    budget_lines = [s for s in fig.layout.shapes if s.type == "line" and s.x0 == s.x1]
     assert sorted({s.x0 for s in budget_lines}) == sorted(analysis.boundary["budget_ms"].to_list())
     [table] = [t for t in fig.data if t.type == "table"]
     variants = table.cells.values[2]
     assert variants[0].endswith("(control)") and len(variants) == analysis.slices.height
     assert table.cells.values[5][1].startswith("-2,075 ms (significant)")
     assert table.cells.values[8][1] == "10.7"  # the async variant's cold p99: what users wait for now
+
+
+def _options_panel(fig: go.Figure) -> tuple[Any, Any | None, list[Any], Any]:
+    """The what-if panel of the figure's one operation with options: its points, its mark (or
+    None), its horizontal lines (shapes across the panel) and its x axis."""
+    [points] = [t for t in fig.data if t.name == "what-if options"]
+    marks = [t for t in fig.data if t.name == "cheapest under budget"]
+    assert len(marks) <= 1 and all(m.xaxis == points.xaxis for m in marks)
+    lines = [s for s in fig.layout.shapes if s.yref == points.yaxis and s.xref == f"{points.xaxis} domain"]
+    return points, marks[0] if marks else None, lines, fig.layout[points.xaxis.replace("x", "xaxis")]
+
+
+def _expected_mark(
+    options: pl.DataFrame, price: str, budget: float, recommended: str | None
+) -> dict[str, Any]:
+    """The option the panel must mark, from the frame: under the budget, the lowest price; on a tie
+    the recommended one, then the fewest extra calls, then the lowest p99."""
+    under = [r for r in options.iter_rows(named=True) if r[price] is not None and r["p99_ms"] < budget]
+    return min(
+        under,
+        key=lambda r: (
+            r[price],
+            f"{r['option']} {r['parameter']}" != recommended,
+            r["extra_calls_ratio"],
+            r["p99_ms"],
+        ),
+    )
+
+
+def test_boundary_options_without_prices_on_extra_tokens(
+    analysis: Analysis, figures: dict[str, go.Figure]
+) -> None:
+    fig = figures["boundary"]
+    points, mark, lines, xaxis = _options_panel(fig)
+    options = analysis.what_if
+    [op] = options.select("service", "operation").unique().iter_rows()
+    b = rows_of(analysis.boundary, *op).row(0, named=True)
+    # No price table (extra_cost_per_day all null): each option at its extra tokens, its p99 up.
+    assert options["extra_cost_per_day"].null_count() == options.height
+    assert list(points.x) == options["extra_tokens_ratio"].to_list()
+    assert list(points.y) == options["p99_ms"].to_list()
+    assert xaxis.title.text == "extra tokens, share of the calls' (no price table)"
+    assert xaxis.tickformat == ".0%"
+    # The p99 now (of the requests simulated) and the budget as lines across the panel.
+    before = (options["p99_ms"] - options["p99_delta_ms"]).unique().to_list()
+    assert sorted(s.y0 for s in lines) == sorted([*before, b["budget_ms"]])
+    assert all(s.y0 == s.y1 and (s.x0, s.x1) == (0, 1) for s in lines)
+    # The mark: the cheapest under the budget, computed here from the frame — several options tie at
+    # no extra tokens, and the one the boundary recommends is the one marked.
+    expected = _expected_mark(options, "extra_tokens_ratio", b["budget_ms"], b["cheapest_option"])
+    assert mark is not None and (mark.x[0], mark.y[0]) == (expected["extra_tokens_ratio"], expected["p99_ms"])
+    assert f"{expected['option']} {expected['parameter']}" == b["cheapest_option"]
+    # Hover: what the option is (escaped), p99 before → after, abandoned saved, tokens, no price.
+    for text, data, r in zip(points.text, points.customdata, options.iter_rows(named=True), strict=True):
+        assert esc(r["parameter"]) in text and esc(r["assumption"]) in text
+        before_ms, saved, tokens, cost, calls = data
+        assert before_ms == f"{r['p99_ms'] - r['p99_delta_ms']:,.0f}"
+        assert saved == f"{r['abandoned_saved_per_day']:,.0f}"
+        assert tokens == f"{r['extra_tokens_ratio']:+.1%} of the calls' tokens"
+        assert cost == "no price table" and calls == f"{r['extra_calls_ratio']:+.1%}"
+    assert any(esc(HOSTILE_TEMPLATE) in t for t in points.text)
+    assert not any(HOSTILE_TEMPLATE in t for t in points.text)
+    # Span strings only in text/customdata: none in the template, where %{x} would be substituted.
+    assert "%{x}" not in points.hovertemplate and esc(HOSTILE_TEMPLATE) not in points.hovertemplate
+    # The operation without a synchronous model call says so instead of an empty grid.
+    notes = [a.text for a in fig.layout.annotations if a.text.startswith("no option simulated")]
+    assert len(notes) == analysis.boundary.height - 1
+
+
+def test_boundary_options_with_prices_on_extra_cost(analysis: Analysis) -> None:
+    priced_analysis = priced(analysis)
+    fig = boundary_figure(priced_analysis)
+    points, mark, lines, xaxis = _options_panel(fig)
+    options = priced_analysis.what_if
+    [op] = options.select("service", "operation").unique().iter_rows()
+    b = rows_of(priced_analysis.boundary, *op).row(0, named=True)
+    known = options.filter(pl.col("extra_cost_per_day").is_not_null())
+    assert 0 < known.height < options.height  # one model has no price
+    assert list(points.x) == known["extra_cost_per_day"].to_list()
+    assert list(points.y) == known["p99_ms"].to_list()
+    assert xaxis.title.text == "extra cost (USD/day)<br><sup>1 option not drawn: cost unknown</sup>"
+    assert xaxis.tickprefix == "$"
+    expected = _expected_mark(options, "extra_cost_per_day", b["budget_ms"], b["cheapest_option"])
+    assert mark is not None and (mark.x[0], mark.y[0]) == (expected["extra_cost_per_day"], expected["p99_ms"])
+    # With prices the cheapest is in money: not the option that is cheapest in tokens.
+    unpriced = _expected_mark(options, "extra_tokens_ratio", b["budget_ms"], b["cheapest_option"])
+    assert (expected["option"], expected["parameter"]) != (unpriced["option"], unpriced["parameter"])
+    for data, r in zip(points.customdata, known.iter_rows(named=True), strict=True):
+        cost = r["extra_cost_per_day"]
+        assert data[3] == f"{'-' if cost < 0 else ''}${abs(cost):,.2f}/day"
+    assert len(lines) == 2
+
+
+def test_boundary_options_axis_follows_the_columns_the_frame_has(analysis: Analysis) -> None:
+    """A frame made before the cost column existed draws tokens; extra tokens a day, when the frame
+    has them, come before the share; without a budget, no budget line and no mark."""
+    without_cost = replace(analysis, what_if=analysis.what_if.drop("extra_cost_per_day"))
+    points, _, _, xaxis = _options_panel(boundary_figure(without_cost))
+    assert list(points.x) == analysis.what_if["extra_tokens_ratio"].to_list()
+    assert "no price table" in xaxis.title.text and all(d[3] == "no price table" for d in points.customdata)
+
+    per_day = analysis.what_if.with_columns(
+        (pl.col("extra_tokens_ratio") * 4.0e6).alias("extra_tokens_per_day")
+    )
+    points, mark, _, xaxis = _options_panel(boundary_figure(replace(analysis, what_if=per_day)))
+    assert list(points.x) == per_day["extra_tokens_per_day"].to_list()
+    assert xaxis.title.text == "extra tokens/day (no price table)"
+    assert [d[2] for d in points.customdata] == [
+        f"{d:,.0f}/day ({s:+.1%} of the calls' tokens)"
+        for d, s in zip(per_day["extra_tokens_per_day"], per_day["extra_tokens_ratio"], strict=True)
+    ]
+    assert mark is not None
+
+    no_budget = replace(
+        analysis,
+        boundary=analysis.boundary.with_columns(pl.lit(None, pl.Float64).alias("budget_ms")),
+        what_if=analysis.what_if.with_columns(pl.lit(None, pl.Float64).alias("budget_ms")),
+    )
+    points, mark, lines, _ = _options_panel(boundary_figure(no_budget))
+    before = (analysis.what_if["p99_ms"] - analysis.what_if["p99_delta_ms"]).unique().to_list()
+    assert mark is None and [s.y0 for s in lines] == before
 
 
 def test_alerts_timeline_matches_history(analysis: Analysis, figures: dict[str, go.Figure]) -> None:
