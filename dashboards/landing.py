@@ -49,7 +49,8 @@ VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
     "abandonment": "Share of abandoned requests per 500 ms of latency, 95% intervals, the cliff and p99.",
     "retries": "Retry rate per hop, compounding amplification vs observed, token amplification.",
     "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
-    "boundary": "Each operation's p99 against its budget, without its sync model calls, and flag slices.",
+    "boundary": "Each operation's p99 against its budget, without its sync model calls, the what-if "
+    "options against their price, and flag slices.",
     "alerts": "Alerts firing and resolved in the window, with their cause.",
 }
 _SEVERITY_ORDER: Final = {"page": 0, "critical": 0, "ticket": 1, "warning": 1}
