@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -82,16 +82,25 @@ def stored_span_count(store: Store) -> int:
 
 
 def run_app(
-    flavour: str, otlp_endpoint: str, out: Path, *, requests: int = 30, timeout_s: float = 120.0
+    flavour: str,
+    otlp_endpoint: str,
+    out: Path,
+    *,
+    requests: int = 30,
+    timeout_s: float = 120.0,
+    app: str | None = None,
+    app_args: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """Run ``tests.integrations.apps.<flavour>`` to completion; returns its run.json."""
+    """Run ``tests.integrations.apps.<flavour>`` (or ``tests.integrations.apps.<app>`` with
+    ``app_args`` before the common ones) to completion; returns its run.json."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TAILWATCH_", "OTEL_"))}
     env["PYTHONUNBUFFERED"] = "1"
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            f"tests.integrations.apps.{flavour}",
+            f"tests.integrations.apps.{app or flavour}",
+            *app_args,
             "--otlp",
             otlp_endpoint,
             "--out",
@@ -117,9 +126,16 @@ def run_app(
 
 @contextmanager
 def ingested_run(
-    flavour: str, tmp: Path, *, requests: int = 30, wait_s: float = 60.0
+    flavour: str,
+    tmp: Path,
+    *,
+    requests: int = 30,
+    wait_s: float = 60.0,
+    app: str | None = None,
+    app_args: Sequence[str] = (),
 ) -> Iterator[FlavourRun]:
-    """A fresh store and receiver, the flavour's app run against it, every dumped span stored."""
+    """A fresh store and receiver, the flavour's app run against it (``app``, ``app_args``: see
+    :func:`run_app`), every dumped span stored."""
     store = open_store("chdb://" + str(tmp / "store"))
     try:
         ensure_schema(store)
@@ -133,7 +149,12 @@ def ingested_run(
             out = tmp / "app"
             out.mkdir(parents=True, exist_ok=True)
             info = run_app(
-                flavour, f"http://127.0.0.1:{receivers.http_port}/v1/traces", out, requests=requests
+                flavour,
+                f"http://127.0.0.1:{receivers.http_port}/v1/traces",
+                out,
+                requests=requests,
+                app=app,
+                app_args=app_args,
             )
             spans = load_spans(out / "spans.jsonl")
             expected = len({(s["trace_id"], s["span_id"]) for s in spans})

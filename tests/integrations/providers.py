@@ -22,13 +22,35 @@ attempts (same body, retry count > 0) are answered from that list, 200 past its 
 carries ``retry-after-ms`` / ``retry-after`` (default 0.05 s) so the SDKs' backoff is short.
 
 Token counts are a pure function of the request: prompt tokens = Σ over messages of (words + 4) + 3;
-completion tokens = 5 + prompt tokens × 7 mod 23, capped by ``max_tokens``.
+completion tokens = 5 + prompt tokens × 7 mod 23, capped by ``max_tokens``; cached input tokens =
+⌊prompt tokens × ``cached_input_share``⌋ (OpenAI counts them inside ``prompt_tokens`` and reports
+them in ``prompt_tokens_details.cached_tokens``; Anthropic's ``input_tokens`` leaves them out and
+reports them in ``cache_read_input_tokens``, as the real APIs do).
+
+**Generation.** An answer of ``c`` completion tokens is generated after the attempt's ``latency_s``:
+its first token ``first_token_s`` (× a lognormal(0, ``first_token_sigma``) quantile, spread evenly
+over the model's calls) later, each further token ``token_s`` after the previous one. A non-streamed
+answer is sent whole once generated; a streamed one (``"stream": true``) as server-sent events, one
+per token as it is generated:
+
+* OpenAI ``chat.completion.chunk`` objects — a chunk with the assistant role and no content, then
+  the first token's (the real API sends its role chunk as generation starts), one per further token, one
+  with ``finish_reason``; with ``stream_options.include_usage`` every chunk has ``"usage": null``
+  and a last chunk with no choices carries the usage; then ``data: [DONE]``.
+* Anthropic events — ``message_start`` (usage: input, cache read, ``output_tokens`` 1) and
+  ``content_block_start`` at once with the headers, one ``content_block_delta`` per token from the
+  first token on, then ``content_block_stop``, ``message_delta`` (``stop_reason``, usage
+  ``output_tokens``) and ``message_stop``.
+
+Failures are answered as JSON errors before any event, like the real APIs' (the SDKs raise from
+``create(..., stream=True)`` and retry as for any call).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import threading
 import time
@@ -37,6 +59,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from statistics import NormalDist
 from typing import Any
 
 __all__ = [
@@ -45,6 +68,7 @@ __all__ = [
     "MockProviders",
     "ModelScript",
     "WhenPrompt",
+    "cached_tokens",
     "completion_tokens",
     "mock_providers",
     "prompt_tokens",
@@ -126,6 +150,13 @@ class ModelScript:
     plan: FailurePlan = field(default_factory=FailurePlan)
     retry_after_s: float = 0.05
     response_model: str | None = None  # e.g. a dated snapshot, as the real APIs answer
+    # Generation of a successful answer, after latency_s (see the module's docstring): the first
+    # token after first_token_s × a lognormal(0, first_token_sigma) quantile (one per logical call,
+    # spread evenly), each further one token_s later. 0 (the default): the answer comes at once.
+    first_token_s: float = 0.0
+    first_token_sigma: float = 0.0
+    token_s: float = 0.0
+    cached_input_share: float = 0.0  # share of the prompt tokens reported as read from the cache
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,6 +165,10 @@ class ModelScript:
             "plan": self.plan.to_dict(),
             "retry_after_s": self.retry_after_s,
             "response_model": self.response_model,
+            "first_token_s": self.first_token_s,
+            "first_token_sigma": self.first_token_sigma,
+            "token_s": self.token_s,
+            "cached_input_share": self.cached_input_share,
         }
 
     @classmethod
@@ -144,6 +179,10 @@ class ModelScript:
             plan=FailurePlan.from_dict(data.get("plan", {})),
             retry_after_s=float(data.get("retry_after_s", 0.05)),
             response_model=data.get("response_model"),
+            first_token_s=float(data.get("first_token_s", 0.0)),
+            first_token_sigma=float(data.get("first_token_sigma", 0.0)),
+            token_s=float(data.get("token_s", 0.0)),
+            cached_input_share=float(data.get("cached_input_share", 0.0)),
         )
 
 
@@ -166,6 +205,15 @@ def prompt_tokens(messages: list[Any], system: Any = None) -> int:
 def completion_tokens(prompt: int, max_tokens: int | None = None) -> int:
     n = 5 + (prompt * 7) % 23
     return min(n, max_tokens) if max_tokens else n
+
+
+def cached_tokens(prompt: int, share: float) -> int:
+    """The prompt tokens reported as read from the provider's prompt cache."""
+    return int(prompt * share)
+
+
+_GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+_NORMAL = NormalDist()
 
 
 # --- the server --------------------------------------------------------------------------------
@@ -201,7 +249,8 @@ class MockProviders:
         self._default = default or ModelScript()
         self._calls: dict[str, int] = {}  # model → logical calls started
         self._attempts: dict[str, dict[str, int]] = {}  # model → status → attempts answered
-        self._pending: dict[str, tuple[int, ...]] = {}  # body digest → statuses of that call
+        # body digest → (index, statuses) of that logical call
+        self._pending: dict[str, tuple[int, tuple[int, ...]]] = {}
         self._host = host
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -261,6 +310,16 @@ class MockProviders:
         with self._lock:
             return script.latency_s * self._rng.lognormvariate(0.0, script.latency_sigma)
 
+    @staticmethod
+    def _first_token_s(script: ModelScript, index: int) -> float:
+        """Logical call ``index``'s time to first token: the lognormal's quantile frac(0.5 + index·φ),
+        evenly spread over its range, so that any dozen calls of a model span it (a seeded draw
+        would leave a dozen calls all above the median now and then)."""
+        if script.first_token_sigma <= 0:
+            return script.first_token_s
+        u = min(max((0.5 + index * _GOLDEN) % 1.0, 0.01), 0.99)
+        return script.first_token_s * math.exp(script.first_token_sigma * _NORMAL.inv_cdf(u))
+
     def set_latency(self, model: str, latency_s: float) -> None:
         with self._lock:
             self._scripts[model] = replace(self._scripts.get(model, self._default), latency_s=latency_s)
@@ -279,26 +338,29 @@ class MockProviders:
     # -- one attempt
     def _decide(
         self, model: str, body: bytes, retry_count: int | None, prompt: str
-    ) -> tuple[int, ModelScript]:
-        """The status of one HTTP attempt. A first attempt (retry count 0 or absent) starts a new
-        logical call; a resend (same model and body, retry count k > 0) is that call's attempt k."""
+    ) -> tuple[int, ModelScript, int]:
+        """The status of one HTTP attempt and the index of its logical call. A first attempt (retry
+        count 0 or absent) starts a new logical call; a resend (same model and body, retry count
+        k > 0) is that call's attempt k."""
         digest = hashlib.sha256(model.encode() + b"\0" + body).hexdigest()
         with self._lock:
             script = self._scripts.get(model, self._default)
             attempt = retry_count or 0
-            statuses = self._pending.get(digest) if attempt > 0 else None
-            if statuses is None:
+            pending = self._pending.get(digest) if attempt > 0 else None
+            if pending is None:
                 index = self._calls.get(model, 0)
                 self._calls[model] = index + 1
                 statuses = script.plan.statuses_for(index, prompt)
-                self._pending[digest] = statuses
+                self._pending[digest] = (index, statuses)
                 attempt = 0
+            else:
+                index, statuses = pending
             status = statuses[attempt] if attempt < len(statuses) else 200
             if status == 200:
                 self._pending.pop(digest, None)
             counts = self._attempts.setdefault(model, {})
             counts[str(status)] = counts.get(str(status), 0) + 1
-        return status, script
+        return status, script, index
 
 
 def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
@@ -324,6 +386,30 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
                 self.send_header(k, v)
             self.end_headers()
             self.wfile.write(data)
+
+        # -- server-sent events (chunked transfer encoding: the connection stays open for the next call)
+        def _start_events(self, headers: Mapping[str, str]) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("transfer-encoding", "chunked")
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+
+        def _event(self, payload: Any, event: str | None = None) -> None:
+            data = json.dumps(payload) if not isinstance(payload, str) else payload
+            frame = (f"event: {event}\n" if event else "") + f"data: {data}\n\n"
+            raw = frame.encode()
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+
+        def _end_events(self) -> None:
+            self.wfile.write(b"0\r\n\r\n")
+
+        @staticmethod
+        def _token_waits(script: ModelScript, index: int, tokens: int) -> list[float]:
+            """Seconds to wait before each generated token (the first: the time to first token)."""
+            return [providers._first_token_s(script, index)] + [script.token_s] * (tokens - 1)
 
         def do_GET(self) -> None:
             if self.path == "/_mock/stats":
@@ -354,12 +440,12 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
                     404, {"error": {"message": f"unknown path {path}", "type": "invalid_request_error"}}
                 )
 
-        def _attempt(self, model: str, body: bytes, prompt: str) -> tuple[int, ModelScript]:
+        def _attempt(self, model: str, body: bytes, prompt: str) -> tuple[int, ModelScript, int]:
             raw = self.headers.get("x-stainless-retry-count")
             retry_count = int(raw) if raw and raw.isdigit() else None
-            status, script = providers._decide(model, body, retry_count, prompt)
+            status, script, index = providers._decide(model, body, retry_count, prompt)
             time.sleep(providers._latency_s(script))
-            return status, script
+            return status, script, index
 
         @staticmethod
         def _retry_headers(script: ModelScript) -> dict[str, str]:
@@ -379,12 +465,7 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
             else:
                 messages = request.get("messages") or []
                 prompt = " ".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
-            if request.get("stream"):
-                self._send(
-                    400, {"error": {"message": "streaming is not mocked", "type": "invalid_request_error"}}
-                )
-                return
-            status, script = self._attempt(model, body, prompt)
+            status, script, index = self._attempt(model, body, prompt)
             if status != 200:
                 etype, code = _ERROR_TYPES_OPENAI.get(status, ("server_error", None))
                 self._send(
@@ -419,6 +500,27 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
                 return
             p = prompt_tokens(request.get("messages") or [])
             c = completion_tokens(p, request.get("max_completion_tokens") or request.get("max_tokens"))
+            usage = {
+                "prompt_tokens": p,
+                "completion_tokens": c,
+                "total_tokens": p + c,
+                "prompt_tokens_details": {
+                    "cached_tokens": cached_tokens(p, script.cached_input_share),
+                    "audio_tokens": 0,
+                },
+                "completion_tokens_details": {
+                    "reasoning_tokens": 0,
+                    "audio_tokens": 0,
+                    "accepted_prediction_tokens": 0,
+                    "rejected_prediction_tokens": 0,
+                },
+            }
+            waits = self._token_waits(script, index, c)
+            if request.get("stream"):
+                options = request.get("stream_options") or {}
+                self._openai_stream(served, waits, usage if options.get("include_usage") else None)
+                return
+            time.sleep(sum(waits))
             self._send(
                 200,
                 {
@@ -441,10 +543,41 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
                             "finish_reason": "stop",
                         }
                     ],
-                    "usage": {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c},
+                    "usage": usage,
                 },
                 {"x-request-id": "req_" + uuid.uuid4().hex[:24], "openai-processing-ms": "1"},
             )
+
+        def _openai_stream(self, served: str, waits: list[float], usage: dict[str, Any] | None) -> None:
+            """``chat.completion.chunk`` events, one per token as generated; ``usage`` (when the request
+            asked for it) in a last chunk without choices."""
+            head = {
+                "id": "chatcmpl-" + uuid.uuid4().hex[:24],
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": served,
+                "system_fingerprint": "fp_mock",
+                "service_tier": "default",
+            }
+
+            def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+                choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+                out: dict[str, Any] = {**head, "choices": [choice]}
+                if usage is not None:
+                    out["usage"] = None
+                return out
+
+            self._start_events({"x-request-id": "req_" + uuid.uuid4().hex[:24], "openai-processing-ms": "1"})
+            for i, wait in enumerate(waits):
+                time.sleep(wait)
+                if i == 0:
+                    self._event(chunk({"role": "assistant", "content": "", "refusal": None}))
+                self._event(chunk({"content": "ok" if i == 0 else " ok"}))
+            self._event(chunk({}, "stop"))
+            if usage is not None:
+                self._event({**head, "choices": [], "usage": usage})
+            self._event("[DONE]")
+            self._end_events()
 
         # -- Anthropic
         def _anthropic(self, body: bytes, request: dict[str, Any]) -> None:
@@ -452,12 +585,7 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
             messages = request.get("messages") or []
             system = request.get("system")
             prompt = " ".join(_content_text(m.get("content")) for m in messages if isinstance(m, dict))
-            if request.get("stream"):
-                self._send(
-                    400, {"type": "error", "error": {"type": "invalid_request_error", "message": "no stream"}}
-                )
-                return
-            status, script = self._attempt(model, body, prompt)
+            status, script, index = self._attempt(model, body, prompt)
             if status != 200:
                 etype = _ERROR_TYPES_ANTHROPIC.get(status, "api_error")
                 self._send(
@@ -468,25 +596,60 @@ def _make_handler(providers: MockProviders) -> type[BaseHTTPRequestHandler]:
                 return
             p = prompt_tokens(messages, system)
             c = completion_tokens(p, request.get("max_tokens"))
-            self._send(
-                200,
-                {
-                    "id": "msg_" + uuid.uuid4().hex[:24],
-                    "type": "message",
-                    "role": "assistant",
-                    "model": script.response_model or model,
-                    "content": [{"type": "text", "text": " ".join(["ok"] * c)}],
-                    "stop_reason": "end_turn",
-                    "stop_sequence": None,
-                    "usage": {
-                        "input_tokens": p,
-                        "output_tokens": c,
-                        "cache_creation_input_tokens": 0,
-                        "cache_read_input_tokens": 0,
-                    },
+            cached = cached_tokens(p, script.cached_input_share)
+            message = {
+                "id": "msg_" + uuid.uuid4().hex[:24],
+                "type": "message",
+                "role": "assistant",
+                "model": script.response_model or model,
+                "content": [{"type": "text", "text": " ".join(["ok"] * c)}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {
+                    # Anthropic's input_tokens leaves out the tokens read from (or written to) the cache.
+                    "input_tokens": p - cached,
+                    "output_tokens": c,
+                    "cache_creation_input_tokens": 0,
+                    "cache_read_input_tokens": cached,
                 },
-                {"request-id": "req_" + uuid.uuid4().hex[:24]},
-            )
+            }
+            waits = self._token_waits(script, index, c)
+            if request.get("stream"):
+                self._anthropic_stream(message, waits)
+                return
+            time.sleep(sum(waits))
+            self._send(200, message, {"request-id": "req_" + uuid.uuid4().hex[:24]})
+
+        def _anthropic_stream(self, message: dict[str, Any], waits: list[float]) -> None:
+            """The Messages API's events: the message's start at once, one text delta per token as
+            generated, then its end with the output token count."""
+            usage = message["usage"]
+            self._start_events({"request-id": "req_" + uuid.uuid4().hex[:24]})
+            start = {
+                **message,
+                "content": [],
+                "stop_reason": None,
+                "usage": {**usage, "output_tokens": 1},  # the real API's placeholder
+            }
+            self._event({"type": "message_start", "message": start}, "message_start")
+            block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
+            self._event(block, "content_block_start")
+            self._event({"type": "ping"}, "ping")
+            for i, wait in enumerate(waits):
+                time.sleep(wait)
+                delta = {"type": "text_delta", "text": "ok" if i == 0 else " ok"}
+                self._event(
+                    {"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta"
+                )
+            self._event({"type": "content_block_stop", "index": 0}, "content_block_stop")
+            end = {
+                "type": "message_delta",
+                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            }
+            self._event(end, "message_delta")
+            self._event({"type": "message_stop"}, "message_stop")
+            self._end_events()
 
     return Handler
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
+from typing import Any
 
 import anthropic
 import openai
@@ -15,6 +16,7 @@ from tests.integrations.providers import (
     FailurePlan,
     ModelScript,
     WhenPrompt,
+    cached_tokens,
     completion_tokens,
     mock_providers,
     prompt_tokens,
@@ -69,3 +71,70 @@ def test_latency_and_plan_change_at_runtime_also_over_http() -> None:
             client.chat.completions.create(model="m", messages=messages)
         emb = client.embeddings.create(model="e", input=["a b", "c"])
         assert [len(d.embedding) for d in emb.data] == [8, 8]
+
+
+def test_streams_answer_token_by_token_after_the_first_token_delay() -> None:
+    script = ModelScript(latency_s=0.0, first_token_s=0.06, token_s=0.004, cached_input_share=0.5)
+    with mock_providers({"m": script, "c": script}) as providers:
+        client = _openai(providers.openai_base_url)
+        messages: Any = [{"role": "user", "content": "one two three four five"}]
+        p = prompt_tokens(messages)
+        c, cached = completion_tokens(p), cached_tokens(p, 0.5)
+        whole = client.chat.completions.create(model="m", messages=messages)  # also warms the connection
+        assert whole.usage is not None and whole.usage.prompt_tokens_details is not None
+        assert whole.usage.prompt_tokens_details.cached_tokens == cached > 0
+
+        sent = time.monotonic()
+        stream = client.chat.completions.create(
+            model="m", messages=messages, stream=True, stream_options={"include_usage": True}
+        )
+        arrivals, chunks = [], []
+        for chunk in stream:
+            arrivals.append(time.monotonic() - sent)
+            chunks.append(chunk)
+        content = [ch.choices[0].delta.content for ch in chunks if ch.choices and ch.choices[0].delta.content]
+        assert "".join(content) == whole.choices[0].message.content and len(content) == c
+        assert chunks[0].choices[0].delta.role == "assistant"
+        assert [ch.usage for ch in chunks[:-1]] == [None] * (len(chunks) - 1)
+        assert chunks[-1].choices == [] and chunks[-1].usage == whole.usage
+        assert arrivals[0] >= 0.06  # the role and first token come after the first-token delay …
+        assert arrivals[-1] - arrivals[0] >= 0.004 * (c - 1)  # … each further token token_s later
+        plain = list(client.chat.completions.create(model="m", messages=messages, stream=True))
+        assert all(ch.usage is None for ch in plain) and len(plain) == c + 2  # role, tokens, finish
+
+        claude = anthropic.Anthropic(
+            base_url=providers.anthropic_base_url, api_key="k", open_telemetry={"traces": False}
+        )
+        msg = claude.messages.create(model="c", max_tokens=64, messages=messages)
+        assert (msg.usage.input_tokens, msg.usage.cache_read_input_tokens) == (p - cached, cached)
+        events: list[Any] = list(
+            claude.messages.create(model="c", max_tokens=64, messages=messages, stream=True)
+        )
+        kinds = [e.type for e in events]
+        assert kinds == ["message_start", "content_block_start"] + ["content_block_delta"] * c + [
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ]
+        start, delta = events[0], events[-2]
+        assert start.type == "message_start" and delta.type == "message_delta"
+        assert start.message.usage.cache_read_input_tokens == cached
+        assert delta.usage.output_tokens == msg.usage.output_tokens == c
+        with claude.messages.stream(model="c", max_tokens=64, messages=messages) as helper:
+            final = helper.get_final_message()
+        assert final.usage.input_tokens == p - cached and final.usage.output_tokens == c
+
+
+def test_first_token_delays_spread_over_the_configured_distribution() -> None:
+    script = ModelScript(latency_s=0.0, first_token_s=0.03, first_token_sigma=0.5)
+    with mock_providers({"m": script}) as providers:
+        client = _openai(providers.openai_base_url)
+        messages: Any = [{"role": "user", "content": "x"}]
+        client.chat.completions.create(model="m", messages=messages)  # connection warm
+        took = []
+        for _ in range(12):
+            t = time.monotonic()
+            client.chat.completions.create(model="m", messages=messages)
+            took.append(time.monotonic() - t)
+        # Any dozen calls span the lognormal's quantiles: some well below the median, some above.
+        assert min(took) < 0.03 * 0.8 and max(took) > 0.03 * 1.5

@@ -40,6 +40,18 @@ Definitions:
   Σ over LLM spans in their subtrees of (HTTP attempts − 1). Tokens: Σ over every span of the
   subtrees. ``attempt_amplification`` = Σ attempts / Σ calls; ``token_amplification`` = Σ tokens /
   Σ tokens of each call's final (latest-starting) sibling's subtree.
+- **Model-call anatomy** (per provider, model, over the logical LLM calls whose first span starts in
+  the window; each call read off its last span, the one that answered): ``calls``;
+  ``streamed_calls``: calls whose span says it streamed — ``gen_ai.request.stream``,
+  ``gen_ai.is_streaming`` or ``llm.is_streaming`` true, ``"stream": true`` in the JSON of
+  ``llm.invocation_parameters``, or a time to first token; **TTFT** (ms): the first of
+  :data:`TTFT_ATTRIBUTES` (seconds), else the time of the first event named in :data:`TTFT_EVENTS`
+  minus the span's start; ``ttft_p50_ms``/``ttft_p99_ms`` over calls with one, ``ttft_source``
+  ``attribute`` when any call has one, else None (tailwatch may then estimate it);
+  ``ms_per_output_token_p50``: p50 over calls with a TTFT and output tokens of (duration − TTFT) /
+  output tokens; ``input_tokens_p50``/``output_tokens_p50`` over calls carrying them;
+  ``cached_input_ratio``: Σ cached input tokens (:data:`CACHED_INPUT_TOKENS`) / Σ input tokens over
+  calls carrying input tokens, None when no call carries a cached count.
 - **Queued job**: PRODUCER spans sharing ``messaging.message.id`` (one without is its own job);
   queue: ``messaging.destination.name``, ``messaging.destination``, else the span name. Runs: boundary
   spans linking to one of its producers or, without links, parented by one. Enqueued: earliest
@@ -50,6 +62,7 @@ Definitions:
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from itertools import pairwise
@@ -57,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["LLM_OPERATIONS", "Truth", "quantile"]
+__all__ = ["LLM_OPERATIONS", "Truth", "quantile", "streamed", "ttft_ms"]
 
 Span = Mapping[str, Any]
 
@@ -81,6 +94,14 @@ WORKFLOW_NAME_ATTRIBUTES = (
     "traceloop.workflow.name",
     "traceloop.entity.name",
 )
+TTFT_ATTRIBUTES = (
+    "gen_ai.response.time_to_first_chunk",
+    "gen_ai.response.time_to_first_token",
+    "gen_ai.latency.time_to_first_token",
+)
+TTFT_EVENTS = ("gen_ai.content.completion.chunk", "First Token Stream Event", "llm.content.completion.chunk")
+CACHED_INPUT_TOKENS = ("gen_ai.usage.cache_read.input_tokens", "llm.token_count.prompt_details.cache_read")
+STREAM_ATTRIBUTES = ("gen_ai.request.stream", "gen_ai.is_streaming", "llm.is_streaming")
 HTTP_STATUS_ATTRIBUTES = ("http.response.status_code", "http.status_code")
 HTTP_METHOD_ATTRIBUTES = ("http.method", "http.request.method")
 
@@ -162,6 +183,31 @@ def model(span: Span) -> str:
 
 def tokens(span: Span) -> int:
     return _int(attr(span, *INPUT_TOKENS)) + _int(attr(span, *OUTPUT_TOKENS))
+
+
+def ttft_ms(span: Span) -> float | None:
+    """The call's time to first token: an attribute (seconds), else the first chunk event's offset.
+    Needs the dump's ``event_times`` (``apps/model_calls.py``) for the events."""
+    value = attr(span, *TTFT_ATTRIBUTES)
+    if value is not None:
+        return float(value) * 1000.0
+    for name, time_ns in span.get("event_times", ()):
+        if name in TTFT_EVENTS:
+            return (int(time_ns) - span["start_ns"]) / 1e6
+    return None
+
+
+def streamed(span: Span) -> bool:
+    if any(attr(span, key) is True for key in STREAM_ATTRIBUTES):
+        return True
+    parameters = attr(span, "llm.invocation_parameters")
+    if isinstance(parameters, str):
+        try:
+            if json.loads(parameters).get("stream") is True:
+                return True
+        except (ValueError, AttributeError):
+            pass
+    return ttft_ms(span) is not None
 
 
 def attempt_failed(span: Span) -> bool:
@@ -375,6 +421,59 @@ class Truth:
             row["throttle_rate"] = _ratio(row["throttled_attempts"], row["attempts"])
             row["retry_rate"] = _ratio(row["attempts"] - row["calls"], row["calls"])
             row["cold_share"] = _ratio(row["cold_calls"], row["calls"])
+        return acc
+
+    def llm_anatomy(self, window: tuple[int, int]) -> dict[tuple[str, str], dict[str, Any]]:
+        acc: dict[tuple[str, str], dict[str, Any]] = {}
+        for call in self.logical_llm_calls():
+            if not _in(call[0]["start_ns"], window):
+                continue
+            key = (
+                next((provider(s) for s in call if provider(s)), ""),
+                next((model(s) for s in call if model(s)), ""),
+            )
+            row = acc.setdefault(
+                key,
+                {
+                    "calls": 0,
+                    "streamed_calls": 0,
+                    "_ttft": [],
+                    "_per_token": [],
+                    "_in": [],
+                    "_out": [],
+                    "_in_sum": 0,
+                    "_cached": 0,
+                    "_cached_seen": False,
+                },
+            )
+            answered = call[-1]
+            row["calls"] += 1
+            row["streamed_calls"] += int(streamed(answered))
+            ttft = ttft_ms(answered)
+            input_tokens, output_tokens = attr(answered, *INPUT_TOKENS), attr(answered, *OUTPUT_TOKENS)
+            if ttft is not None:
+                row["_ttft"].append(ttft)
+                if output_tokens:
+                    duration_ms = (answered["end_ns"] - answered["start_ns"]) / 1e6
+                    row["_per_token"].append((duration_ms - ttft) / _int(output_tokens))
+            if output_tokens is not None:
+                row["_out"].append(_int(output_tokens))
+            if input_tokens is not None:
+                row["_in"].append(_int(input_tokens))
+                row["_in_sum"] += _int(input_tokens)
+                cached = attr(answered, *CACHED_INPUT_TOKENS)
+                row["_cached"] += _int(cached)
+                row["_cached_seen"] |= cached is not None
+        for row in acc.values():
+            ttfts = row.pop("_ttft")
+            row["ttft_p50_ms"] = quantile(ttfts, 0.5)
+            row["ttft_p99_ms"] = quantile(ttfts, 0.99)
+            row["ttft_source"] = "attribute" if ttfts else None
+            row["ms_per_output_token_p50"] = quantile(row.pop("_per_token"), 0.5)
+            row["input_tokens_p50"] = quantile(row.pop("_in"), 0.5)
+            row["output_tokens_p50"] = quantile(row.pop("_out"), 0.5)
+            cached, seen, total = row.pop("_cached"), row.pop("_cached_seen"), row.pop("_in_sum")
+            row["cached_input_ratio"] = _ratio(cached, total) if seen else None
         return acc
 
     # -- workflows
