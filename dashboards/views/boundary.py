@@ -225,10 +225,18 @@ def _abandonment(fig: go.Figure, row: int, b: dict[str, Any], buckets: pl.DataFr
         row=row,
         col=2,
     )
-    fig.update_xaxes(title_text="latency bucket (ms)", row=row, col=2)
+    # From 0 ms, and up to at least 5% abandoned: one bucket, or nobody abandoning, would otherwise
+    # get a range of a fraction of a millisecond or percent whose tick labels all read the same.
+    fig.update_xaxes(title_text="latency bucket (ms)", rangemode="tozero", row=row, col=2)
+    top = max((r for r in buckets["rate"].to_list() if r is not None), default=0.0)
     # Apart from the axis: a "0%" at the corner would meet the x axis's first tick label.
     fig.update_yaxes(
-        title_text="abandoned", tickformat=".0%", rangemode="tozero", ticklabelstandoff=6, row=row, col=2
+        title_text="abandoned",
+        tickformat=".0%",
+        range=[0.0, max(0.05, top * 1.08)],
+        ticklabelstandoff=6,
+        row=row,
+        col=2,
     )
     if b["budget_ms"] is not None:
         add_vline(fig, row, 2, b["budget_ms"], "budget", style.CLIFF)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from collectors import insert_spans
@@ -96,8 +98,15 @@ def test_attribution_titles_never_overlap_at_common_widths(tmp_path: Path) -> No
 def test_boundary_titles_never_overlap_at_common_widths(tmp_path: Path, prices: bool) -> None:
     """Each operation's headline, its three column titles, the what-if panel's line labels and axis
     titles (with and without a price table): at 1280 and 1920 px no two texts of the figure share
-    pixels, and each headline is above its row's column titles."""
+    pixels, and each headline is above its row's column titles. The operation within budget has one
+    latency bucket where nobody abandoned: its axes still get ticks that differ."""
     analysis = sample_analysis(hostile=True)
+    one_bucket = pl.DataFrame(
+        [("chat-api", HOSTILE_TEMPLATE, 0, 500, 40, 0, 0.0, 0.0, 0.09)],
+        schema=analysis.abandonment.schema,
+        orient="row",
+    )
+    analysis = replace(analysis, abandonment=pl.concat([analysis.abandonment, one_bucket]))
     write_dashboards(priced(analysis) if prices else analysis, tmp_path, alerts=oncall_alerts(hostile=True))
     with chromium() as browser:
         for width in (1280, 1920):
