@@ -78,6 +78,14 @@ from analytics.hot_path import (
     request_rows,
     with_sync_llm_calls,
 )
+from analytics.llm_anatomy import (
+    LLM_ANATOMY_SCHEMA,
+    LLM_CAUSE_COLUMNS,
+    anatomy_buckets,
+    anatomy_totals,
+    llm_anatomy,
+    with_llm_causes,
+)
 from analytics.llm_calls import (
     LLM_CALLS_SCHEMA,
     calls_in_windows,
@@ -125,10 +133,11 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "abandonment_summary": ABANDONMENT_SUMMARY_SCHEMA,
     "retry_hops": RETRY_HOPS_SCHEMA,
     "retry_amplification": RETRY_AMPLIFICATION_SCHEMA,
-    "attribution": ATTRIBUTION_SCHEMA,
+    "attribution": {**ATTRIBUTION_SCHEMA, **LLM_CAUSE_COLUMNS},
     "attribution_spans": ATTRIBUTION_SPANS_SCHEMA,
     "llm_signals": LLM_SIGNALS_SCHEMA,
     "llm_calls": LLM_CALLS_SCHEMA,
+    "llm_anatomy": LLM_ANATOMY_SCHEMA,
     "boundary": BOUNDARY_SCHEMA,
     "boundary_releases": BOUNDARY_RELEASES_SCHEMA,
     "slices": SLICES_SCHEMA,
@@ -231,6 +240,9 @@ class Analysis:
     attribution_spans: pl.DataFrame
     llm_signals: pl.DataFrame
     llm_calls: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=LLM_CALLS_SCHEMA))
+    llm_anatomy: pl.DataFrame = dataclass_field(
+        default_factory=lambda: pl.DataFrame(schema=LLM_ANATOMY_SCHEMA)
+    )
     boundary: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=BOUNDARY_SCHEMA))
     boundary_releases: pl.DataFrame = dataclass_field(
         default_factory=lambda: pl.DataFrame(schema=BOUNDARY_RELEASES_SCHEMA)
@@ -353,7 +365,7 @@ class Analysis:
             "cold_share_baseline",
             "cold_share_current",
         ]
-        for row in _records(self.attribution, list(ATTRIBUTION_SCHEMA)):
+        for row in _records(self.attribution, list(FRAME_SCHEMAS["attribution"])):
             sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
             attribution_out.append(
                 {
@@ -371,6 +383,7 @@ class Analysis:
                     ),
                     "exemplar_trace_ids": list(row["exemplar_trace_ids"] or []),
                     "llm_signals": _records(self.llm_signals.filter(sel), signal_cols),
+                    **_llm_cause_out(row),
                 }
             )
         slices_out = []
@@ -399,6 +412,7 @@ class Analysis:
             "retry_amplification": retries_out,
             "attribution": attribution_out,
             "llm_calls": _records(self.llm_calls, list(LLM_CALLS_SCHEMA)),
+            "llm_anatomy": _records(self.llm_anatomy, list(LLM_ANATOMY_SCHEMA)),
             "boundary": [
                 {**row, "reasons": list(row["reasons"] or [])}
                 for row in _records(self.boundary, BOUNDARY_KEYS)
@@ -560,7 +574,7 @@ def analyze(
         llm_spans = without_queued_calls(llm_spans, trace_rows, roots["trace_key"])
         every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
         requests = with_sync_llm_calls(rows, every_call)
-        calls = calls_in_windows(every_call, windows)
+        calls = calls_in_windows(every_call, windows, keep=("start_ns", "end_ns"))
         sync_calls = every_call.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns", "sync")
         what_if_calls = every_call.filter(pl.col("sync")).select(list(WHAT_IF_CALLS_SCHEMA))
         del every_call
@@ -648,6 +662,12 @@ def analyze(
             slice_rows=slice_rows,
             what_if_rows=what_if_rows,
             hedges=existing_hedges(hedge_spans_f.result()),
+            anatomy=llm_anatomy(
+                anatomy_totals(calls),
+                anatomy_buckets(calls, ["window", "provider", "model"]),
+                conv.llm_prices,
+                _window_days(windows),
+            ),
             conv=conv,
         ),
     )
@@ -674,6 +694,7 @@ def _frames(
     slice_rows: pl.DataFrame,
     what_if_rows: pl.DataFrame,
     hedges: pl.DataFrame,
+    anatomy: pl.DataFrame,
     conv: Conventions,
 ) -> dict[str, pl.DataFrame]:
     return dict(
@@ -688,10 +709,11 @@ def _frames(
         abandonment_summary=buckets_summary,
         retry_hops=hops,
         retry_amplification=amplification,
-        attribution=attribution,
+        attribution=with_llm_causes(attribution, attribution_spans, anatomy),
         attribution_spans=attribution_spans,
         llm_signals=signals,
         llm_calls=llm_calls_summary(calls),
+        llm_anatomy=anatomy,
         boundary=boundary_rows,
         boundary_releases=boundary_releases,
         slices=slice_rows,
@@ -704,6 +726,26 @@ def _what_if_since(windows: Windows, conv: Conventions) -> datetime:
     """Where the what-if options' requests start: the window's most recent ``what_if_horizon`` (or
     ``exact_horizon``, the shorter; they are simulated from request and call rows)."""
     return max(windows.start, windows.end - min(conv.exact_horizon, conv.what_if_horizon))
+
+
+def _window_days(windows: Windows) -> tuple[float, float]:
+    """The current and baseline windows' lengths in days (a cost per day's denominator)."""
+    day = timedelta(days=1)
+    return (windows.end - windows.start) / day, (windows.baseline_end - windows.baseline_start) / day
+
+
+def _llm_cause_out(row: dict[str, Any]) -> dict[str, Any]:
+    """An attribution row's cause inside ``llm`` as the JSON carries it (null but on ``llm``)."""
+    parts = ("first_token", "generation", "backoff", "more_calls")
+    known = row.get("llm_cause") is not None
+    return {
+        "llm_cause": row.get("llm_cause"),
+        "llm_cause_ours": row.get("llm_cause_ours"),
+        "llm_cause_provider": row.get("llm_cause_provider"),
+        "llm_cause_model": row.get("llm_cause_model"),
+        "llm_cause_text": row.get("llm_cause_text"),
+        "llm_breakdown_ms": {p: row[f"llm_{p}_ms"] for p in parts} if known else None,
+    }
 
 
 def _analysis(windows: Windows, conv: Conventions, frames: dict[str, pl.DataFrame]) -> Analysis:
@@ -861,9 +903,9 @@ class _FromSummaries:
     def abandonment_summary(self) -> pl.DataFrame:
         return self._buckets[1]
 
-    @property
+    @cached_property
     def attribution(self) -> pl.DataFrame:
-        return self._attribution[0]
+        return with_llm_causes(self._attribution[0], self._attribution[1], self.llm_anatomy)
 
     @property
     def attribution_spans(self) -> pl.DataFrame:
@@ -876,6 +918,15 @@ class _FromSummaries:
     @cached_property
     def llm_calls(self) -> pl.DataFrame:
         return llm_calls_summary(self.inputs.calls)
+
+    @cached_property
+    def llm_anatomy(self) -> pl.DataFrame:
+        return llm_anatomy(
+            anatomy_totals(self.inputs.calls),
+            self.inputs.anatomy_buckets,
+            self.conv.llm_prices,
+            _window_days(self.windows),
+        )
 
     @cached_property
     def boundary(self) -> pl.DataFrame:

@@ -12,14 +12,14 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from collectors import span_kind_sql, status_code_sql
 from storage import TailwatchError, parse_duration
 
-__all__ = ["Conventions", "ConventionsError", "SpanClass", "Verdict"]
+__all__ = ["Conventions", "ConventionsError", "Price", "SpanClass", "Verdict"]
 
 Verdict = Literal["llm", "internal", "mixed", "none"]
 SpanClass = Literal["llm", "internal"]
@@ -46,6 +46,21 @@ _REDUCED_WITH = frozenset(
 # Settings of the HdrHistogram rollups the per-minute aggregates replaced: still accepted (a config
 # file or a persisted run may name them), without effect.
 _RETIRED = frozenset({"rollup_min_window", "rollup_significant_digits"})
+
+
+@dataclass(frozen=True)
+class Price:
+    """A model's prices in USD per million tokens (:attr:`Conventions.llm_prices`, read by
+    :mod:`analytics.llm_anatomy`): input, cached input (the input price when not given), output."""
+
+    provider: str
+    model: str
+    input: float
+    output: float
+    cached_input: float | None = None
+
+    def matches(self, provider: str, model: str) -> bool:
+        return self.provider in ("*", provider) and self.model == model
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,29 @@ class Conventions:
         "gen_ai.usage.completion_tokens",
         "llm.token_count.completion",
     )
+    # Input tokens read from the provider's prompt cache (a part of the input tokens): the GenAI
+    # convention's (openai-v2, OpenLLMetry), OpenInference's.
+    cached_input_token_attributes: tuple[str, ...] = (
+        "gen_ai.usage.cache_read.input_tokens",
+        "gen_ai.usage.cache_read_input_tokens",
+        "llm.token_count.prompt_details.cache_read",
+    )
+    # A call's time to its first token (seconds): the GenAI convention's time to first chunk,
+    # Sentry's SDKs' time to first token, vLLM's server-side span.
+    first_token_attributes: tuple[str, ...] = (
+        "gen_ai.response.time_to_first_chunk",
+        "gen_ai.response.time_to_first_token",
+        "gen_ai.latency.time_to_first_token",
+    )
+    # …else the first of these span events on the call's span (its time minus the span's start):
+    # OpenLLMetry adds one per streamed chunk, OpenInference one at the first token.
+    first_token_events: tuple[str, ...] = (
+        "gen_ai.content.completion.chunk",
+        "llm.content.completion.chunk",
+        "First Token Stream Event",
+    )
+    # A streamed call: one of these attributes is true (or the call has a first-token time).
+    streaming_attributes: tuple[str, ...] = ("gen_ai.request.stream", "llm.is_streaming")
     # Spans of a trace may start after the analysis window closes (the request began inside it):
     # per-trace reductions read this much past the end.
     trace_margin: timedelta = timedelta(minutes=5)
@@ -209,6 +247,13 @@ class Conventions:
     # exact_horizon when shorter): enough requests for a p99 at modest traffic, and a simulation
     # whose cost does not grow with the window.
     what_if_horizon: timedelta = timedelta(hours=1)
+
+    # --- model prices (analytics.llm_anatomy) ------------------------------------------------
+    # USD per million tokens per provider and model: config files give a list of tables
+    # {provider = "openai", model = "gpt-4o", input = 2.5, cached_input = 1.25, output = 10.0}
+    # (provider "*" matches any; cached_input defaults to input). None are shipped: prices are the
+    # team's. A model without a price has no cost (null, never 0).
+    llm_prices: tuple[Price, ...] = ()
 
     # --- slices (analytics.slices) ---------------------------------------------------------
     # OpenTelemetry feature flags: the flag key and variant as attributes of a span of the request's
@@ -296,6 +341,7 @@ class Conventions:
             ) from None
         object.__setattr__(self, "provider_aliases", pairs)
         object.__setattr__(self, "latency_budgets", _budgets(self.latency_budgets))
+        object.__setattr__(self, "llm_prices", _prices(self.llm_prices))
         try:
             # Milliseconds as numbers, or durations in the one grammar ("2s", "1500ms").
             delays = tuple(
@@ -382,7 +428,11 @@ class Conventions:
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
-            out[f.name] = value.total_seconds() if isinstance(value, timedelta) else value
+            if isinstance(value, timedelta):
+                value = value.total_seconds()
+            elif f.name == "llm_prices":
+                value = [asdict(p) for p in value]
+            out[f.name] = value
         return out
 
     @classmethod
@@ -452,6 +502,10 @@ class Conventions:
             "cv_resend_attrs": list(self.resend_attributes),
             "cv_in_toks": list(self.input_token_attributes),
             "cv_out_toks": list(self.output_token_attributes),
+            "cv_cached_toks": list(self.cached_input_token_attributes),
+            "cv_ttft_attrs": list(self.first_token_attributes),
+            "cv_ttft_events": list(self.first_token_events),
+            "cv_stream_attrs": list(self.streaming_attributes),
             "cv_flag_key_attrs": list(self.flag_key_attributes),
             "cv_flag_variant_attrs": list(self.flag_variant_attributes),
             "cv_flag_events": list(self.flag_events),
@@ -460,6 +514,57 @@ class Conventions:
             "cv_code_ns_attrs": list(self.code_namespace_attributes),
             "cv_batch_attrs": list(self.batch_size_attributes),
         }
+
+
+_PRICE_KEYS = ("provider", "model", "input", "cached_input", "output")
+
+
+def _prices(entries: Any) -> tuple[Price, ...]:
+    """``llm_prices`` as :class:`~analytics.llm_anatomy.Price` objects, from those or from the tables
+    of a config file; a malformed entry raises :class:`ConventionsError` naming it and the key."""
+    hint = 'e.g. { provider = "openai", model = "gpt-4o", input = 2.5, cached_input = 1.25, output = 10.0 }'
+    out = []
+    for i, entry in enumerate(entries or ()):
+        if isinstance(entry, Price):
+            out.append(entry)
+            continue
+        where = f"llm_prices[{i}]"
+        if not isinstance(entry, Mapping):
+            raise ConventionsError(f"{where}: a price is a table, {hint}")
+        unknown = sorted(set(entry) - set(_PRICE_KEYS))
+        if unknown:
+            raise ConventionsError(
+                f"{where}: unknown key {unknown[0]!r}; a price has {', '.join(_PRICE_KEYS)}"
+            )
+        for key in ("provider", "model"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise ConventionsError(f"{where}.{key}: a non-empty string is required, {hint}")
+        numbers: dict[str, float | None] = {}
+        for key in ("input", "cached_input", "output"):
+            value = entry.get(key)
+            if value is None and key == "cached_input":
+                numbers[key] = None
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value < 0
+            ):
+                raise ConventionsError(
+                    f"{where}.{key}: USD per million tokens, a number >= 0 (got {value!r}), {hint}"
+                )
+            numbers[key] = float(value)
+        out.append(
+            Price(
+                provider=entry["provider"].lower(),
+                model=entry["model"],
+                input=cast(float, numbers["input"]),
+                output=cast(float, numbers["output"]),
+                cached_input=numbers["cached_input"],
+            )
+        )
+    return tuple(out)
 
 
 def _budgets(entries: Any) -> tuple[tuple[str, str, float], ...]:
@@ -603,6 +708,19 @@ ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '' OR {HTTP_
 # The captured retry header is recorded as a one-element array ('["1"]'): the digits are the number.
 RESEND = f"toUInt32OrZero(extract({_first('cv_resend_attrs')}, '[0-9]+'))"
 TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_out_toks')}))"
+INPUT_TOKENS = f"toUInt64OrZero({_first('cv_in_toks')})"
+OUTPUT_TOKENS = f"toUInt64OrZero({_first('cv_out_toks')})"
+CACHED_INPUT_TOKENS = f"toUInt64OrZero({_first('cv_cached_toks')})"
+# Time to first token (ns, NULL when unknown): the attribute (seconds), else the first named event.
+_TTFT_EVENT_NS = (
+    "arrayMin(arrayMap(t -> toUnixTimestamp64Nano(t) - toUnixTimestamp64Nano(Timestamp), "
+    "arrayFilter((t, n) -> has({cv_ttft_events:Array(String)}, n), `Events.Timestamp`, `Events.Name`)))"
+)
+FIRST_TOKEN_NS = (
+    f"if({_first('cv_ttft_attrs')} != '', toInt64(toFloat64OrZero({_first('cv_ttft_attrs')}) * 1e9), "
+    f"if(hasAny(`Events.Name`, {{cv_ttft_events:Array(String)}}), {_TTFT_EVENT_NS}, NULL))"
+)
+STREAMED = f"(lower({_first('cv_stream_attrs')}) IN ('true', '1'))"
 # A function's name: the code attributes' function, its namespace prepended when not already in it
 # ('' without code attributes: the span name alone names it).
 _CODE_FN = _first("cv_code_fn_attrs")

@@ -28,6 +28,7 @@ from typing import Any
 import polars as pl
 
 from analytics._common import Windows, empty
+from analytics.llm_spans import LLM_SPANS_SCHEMA
 
 __all__ = [
     "CALLS_SCHEMA",
@@ -63,6 +64,14 @@ CALLS_SCHEMA: dict[str, Any] = {
     "tokens": pl.Int64,
     "sync": pl.Boolean,  # on a hot request's path
     "failed_calls": pl.Int64,  # 1 when the call failed after its retries (its last span in error)
+    # The call's anatomy (analytics.llm_anatomy): input tokens (cached ones included), output
+    # tokens, input tokens read from the prompt cache, 1 when it was streamed, and its time to first
+    # token (null when no span of it records one).
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "cached_tokens": pl.Int64,
+    "streamed_calls": pl.Int64,
+    "ttft_ns": pl.Int64,
 }
 
 LLM_CALLS_SCHEMA: dict[str, Any] = {
@@ -173,7 +182,11 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
     if siblings["_mirror"].n_unique() == siblings.height:
         return spans
     kept = (
-        siblings.with_columns(pl.col("tokens").max().over("_mirror"))
+        siblings.with_columns(
+            pl.col("tokens", "input_tokens", "output_tokens", "cached_tokens", "ttft_ns", "streamed")
+            .max()
+            .over("_mirror")
+        )
         .sort("attempts", "start_ns", descending=[True, False], nulls_last=True)
         .unique(subset="_mirror", keep="first", maintain_order=False)
         .drop("_mirror")
@@ -188,7 +201,11 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
     trace keys of hot-path requests.
     A call's provider and model are the first non-empty ones of its spans (OpenInference leaves
     the model off a call that failed). Pure."""
-    spans = llm_spans.filter(pl.col("is_llm"))
+    # Span frames built before the anatomy columns existed (a caller's own) read as calls without it.
+    anatomy = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "ttft_ns": None, "streamed": False}
+    spans = llm_spans.filter(pl.col("is_llm")).with_columns(
+        pl.lit(v, LLM_SPANS_SCHEMA[k]).alias(k) for k, v in anatomy.items() if k not in llm_spans.columns
+    )
     columns = {k: v for k, v in CALLS_SCHEMA.items() if k != "window"} | {
         "start_ns": pl.Int64,
         "end_ns": pl.Int64,
@@ -208,6 +225,11 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             "errored",
             "resend",
             "tokens",
+            "input_tokens",
+            "output_tokens",
+            "cached_tokens",
+            "ttft_ns",
+            "streamed",
             (pl.col("sync") & pl.col("trace_key").is_in(hot_traces.implode())).alias("sync"),
         ).join(attempts, on="span_key", how="left")
     )
@@ -228,6 +250,11 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
         "sync",
         "resend",
         pl.col("errored").cast(pl.Int64).alias("failed_calls"),
+        "input_tokens",
+        "output_tokens",
+        "cached_tokens",
+        pl.col("streamed").cast(pl.Int64).alias("streamed_calls"),
+        "ttft_ns",
     )
     multi = spans.filter(repeated).sort("call_key", "start_ns")
     retries_previous = (
@@ -253,6 +280,12 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             pl.col("resend").max(),
             # Sorted by start: the last span is the attempt whose outcome the user met.
             pl.col("errored").last().cast(pl.Int64).alias("failed_calls"),
+            pl.col("input_tokens").sum(),
+            pl.col("output_tokens").sum(),
+            pl.col("cached_tokens").sum(),
+            pl.col("streamed").any().cast(pl.Int64).alias("streamed_calls"),
+            # The attempt that answered: the last span's first token (retries before it are backoff).
+            pl.col("ttft_ns").last(),
         )
         .select(single.columns)
     )
@@ -275,9 +308,9 @@ def llm_call_rows(
     return calls_in_windows(logical_calls(llm_spans, attempts, hot_traces), windows)
 
 
-def calls_in_windows(calls: pl.DataFrame, windows: Windows) -> pl.DataFrame:
+def calls_in_windows(calls: pl.DataFrame, windows: Windows, keep: tuple[str, ...] = ()) -> pl.DataFrame:
     """The :func:`logical_calls` that start in the baseline or current window, labelled
-    (:data:`CALLS_SCHEMA`). Pure."""
+    (:data:`CALLS_SCHEMA`, and the columns ``keep`` of ``calls``). Pure."""
     start = pl.col("start_ns")
     current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (start < pl.lit(windows.end).dt.epoch("ns"))
     baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
@@ -286,7 +319,7 @@ def calls_in_windows(calls: pl.DataFrame, windows: Windows) -> pl.DataFrame:
     return (
         calls.filter(current | baseline)
         .with_columns(pl.when(current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window"))
-        .select(list(CALLS_SCHEMA))
+        .select(*CALLS_SCHEMA, *keep)
         .cast(pl.Schema(CALLS_SCHEMA))
     )
 

@@ -34,7 +34,10 @@ import polars as pl
 from analytics._common import Windows, empty, normalize
 from analytics.conventions import (
     ABANDONED,
+    CACHED_INPUT_TOKENS,
     ERRORED,
+    FIRST_TOKEN_NS,
+    INPUT_TOKENS,
     IS_BOUNDARY,
     IS_COLD_MARKED,
     IS_HOT_ROOT,
@@ -49,9 +52,11 @@ from analytics.conventions import (
     MAYBE_MARKED_HOT,
     MAYBE_WORKFLOW,
     MODEL,
+    OUTPUT_TOKENS,
     PATH,
     PROVIDER,
     RESEND,
+    STREAMED,
     THROTTLED,
     TOKENS,
     VERSION,
@@ -110,6 +115,14 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     "is_boundary": pl.Boolean,
     # An HTTP client span: one physical attempt of its parent's call when that is an LLM span.
     "is_attempt": pl.Boolean,
+    # The call's anatomy, on LLM spans (0 / null on the others): input tokens (cached ones
+    # included), output tokens, input tokens read from the prompt cache, time to first token (null
+    # when the span records none) and whether the call was streamed.
+    "input_tokens": pl.Int64,
+    "output_tokens": pl.Int64,
+    "cached_tokens": pl.Int64,
+    "ttft_ns": pl.Int64,
+    "streamed": pl.Boolean,
 }
 
 # Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. In the query's own
@@ -159,7 +172,12 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND NOT is_boundary AS sync,
        {IS_WORKFLOW} AS is_workflow,
        toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow,
-       NOT is_llm AND ParentSpanId != '' AND {IS_HTTP_CLIENT} AS is_attempt
+       NOT is_llm AND ParentSpanId != '' AND {IS_HTTP_CLIENT} AS is_attempt,
+       toInt64(if(is_llm, {INPUT_TOKENS}, 0)) AS input_tokens,
+       toInt64(if(is_llm, {OUTPUT_TOKENS}, 0)) AS output_tokens,
+       toInt64(if(is_llm, {CACHED_INPUT_TOKENS}, 0)) AS cached_tokens,
+       if(is_llm, {FIRST_TOKEN_NS}, NULL) AS ttft_ns,
+       is_llm AND (ttft_ns IS NOT NULL OR {STREAMED}) AS streamed
 FROM {table}
 PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW} OR {MAYBE_BOUNDARY} OR {MAYBE_HTTP_CLIENT}
 WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow OR is_boundary OR is_attempt)

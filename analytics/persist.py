@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from analytics.analysis import FRAME_SCHEMAS, Analysis
 from analytics.conventions import Conventions
+from analytics.llm_anatomy import LLM_CAUSE_COLUMNS
 from analytics.schema import migration
 from storage import DDLContext, Migration, Store, as_utc, ensure_schema, register_migrations
 
@@ -158,7 +159,17 @@ def _llm_failed_attempts(ctx: DDLContext) -> list[str]:
     return [f"ALTER TABLE {ctx.name(history_table('llm_signals'))}{ctx.on_cluster} {adds}"]
 
 
-# Versions 1-3, 7-10, 13 and 19 of the analytics component (analytics.schema holds the others).
+def _llm_causes(ctx: DDLContext) -> list[str]:
+    # Tables made before the cause inside "llm" was named: the cause and the parts of the delta.
+    # Old rows read these as null.
+    schema = FRAME_SCHEMAS["attribution"]
+    adds = ", ".join(
+        f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(schema[c])}" for c in LLM_CAUSE_COLUMNS
+    )
+    return [f"ALTER TABLE {ctx.name(history_table('attribution'))}{ctx.on_cluster} {adds}"]
+
+
+# Versions 1-3, 7-10, 13, 19 and 22 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
@@ -169,6 +180,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(10, "tailwatch_analysis_cold_path and _retry_amplification baselines", _baselines),
     migration(13, "tailwatch_analysis_releases step window", _release_steps),
     migration(19, "tailwatch_analysis_llm_signals failed attempt rates", _llm_failed_attempts),
+    migration(22, "tailwatch_analysis_attribution causes inside llm", _llm_causes),
 )
 register_migrations(MIGRATIONS)
 

@@ -233,6 +233,56 @@ def _llm_calls(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _pair(before: Any, after: Any, digits: int = 1) -> str:
+    return f"{_fmt(before, digits)}→{_fmt(after, digits)}"
+
+
+def _llm_anatomy(data: dict[str, Any]) -> list[str]:
+    """Per provider/model the model call taken apart, baseline → current."""
+    rows = data.get("llm_anatomy", [])
+    if not rows:
+        return []
+    out = [
+        "LLM ANATOMY (baseline→current; ttft: time to first token, 'est' when fitted from duration "
+        "against output tokens; ms/tok: generation time per output token; cost in USD, '-' without a price)"
+    ]
+    out += _table(
+        [
+            "provider",
+            "model",
+            "calls",
+            "streamed",
+            "ttft p50 ms",
+            "ttft p99 ms",
+            "ms/tok",
+            "in tok p50",
+            "out tok p50",
+            "cached in",
+            "cost/1k calls",
+            "cost/day",
+        ],
+        [
+            [
+                a["provider"],
+                a["model"],
+                _pair(a["baseline_calls"], a["calls"]),
+                _pair(a["baseline_streamed_calls"], a["streamed_calls"]),
+                _pair(a["baseline_ttft_p50_ms"], a["ttft_p50_ms"])
+                + (" est" if "estimated" in (a["ttft_source"], a["baseline_ttft_source"]) else ""),
+                _pair(a["baseline_ttft_p99_ms"], a["ttft_p99_ms"]),
+                _pair(a["baseline_ms_per_output_token_p50"], a["ms_per_output_token_p50"], 2),
+                _pair(a["baseline_input_tokens_p50"], a["input_tokens_p50"], 0),
+                _pair(a["baseline_output_tokens_p50"], a["output_tokens_p50"], 0),
+                _pair(a["baseline_cached_input_ratio"], a["cached_input_ratio"], 2),
+                _pair(a["baseline_cost_per_1k_calls"], a["cost_per_1k_calls"], 3),
+                _pair(a["baseline_cost_per_day"], a["cost_per_day"], 2),
+            ]
+            for a in rows
+        ],
+    )
+    return out
+
+
 def _attribution(data: dict[str, Any]) -> list[str]:
     """Per operation p99 change split into LLM and internal time."""
     out: list[str] = []
@@ -258,6 +308,11 @@ def _attribution(data: dict[str, Any]) -> list[str]:
                 f"{_fmt(g['retry_rate_current'], 3)}  cold share {_fmt(g['cold_share_baseline'], 3)}→"
                 f"{_fmt(g['cold_share_current'], 3)}"
             )
+        if a.get("llm_cause"):
+            parts = ", ".join(
+                f"{k.replace('_', ' ')} {v:+.0f}" for k, v in a["llm_breakdown_ms"].items() if v
+            )
+            out.append(f"    inside llm: {a['llm_cause_text']}  [{parts} ms]")
         if a["exemplar_trace_ids"]:
             out.append(f"    exemplars: {' '.join(a['exemplar_trace_ids'])}")
     return out
@@ -458,6 +513,7 @@ _SECTIONS = (
     _abandonment,
     _retries,
     _llm_calls,
+    _llm_anatomy,
     _attribution,
     _drift,
 )

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from analytics.summary_tables import (
     aggregate_tables,
     aggregate_workflow_tables,
+    anatomy_columns,
+    anatomy_tables,
     failed_calls_column,
     minutes_layer,
     summary_tables,
@@ -92,6 +94,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(16, "tailwatch_agg_workflow_hops and _runs", aggregate_workflow_tables),
     migration(17, "tailwatch_drift_reports", _drift_reports),
     migration(18, "tailwatch_summary_llm_calls and _llm_call_minutes failed_calls", failed_calls_column),
+    migration(20, "tailwatch_summary_llm_calls and _llm_call_minutes anatomy columns", anatomy_columns),
+    migration(21, "tailwatch_agg_llm_anatomy", anatomy_tables),
 )
 
 register_migrations(MIGRATIONS)

@@ -76,6 +76,7 @@ from analytics.cold_path import (
 from analytics.conventions import Conventions
 from analytics.hot_path import REQUESTS_SCHEMA, WINDOW, request_rows, with_sync_llm_calls
 from analytics.hot_path import latency_good_total as raw_good_total
+from analytics.llm_anatomy import ANATOMY_BUCKETS_SCHEMA, anatomy_buckets
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import STEP_REQUESTS_SCHEMA, record_release_times
@@ -92,6 +93,7 @@ from analytics.sketch import bucket_expr
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
+    AGG_LLM_ANATOMY_TABLE,
     AGG_REQUESTS_TABLE,
     AGG_WORKFLOW_HOPS_TABLE,
     AGG_WORKFLOW_RUNS_TABLE,
@@ -127,9 +129,10 @@ __all__ = [
 _MINUTE = timedelta(minutes=1)
 # The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates),
 # 2 the workflow runs' (analytics.retries.retry_state), 3 the LLM calls that failed after their
-# retries (failed_calls). A build summarises again every minute
+# retries (failed_calls), 4 the calls' anatomy (tokens, cache, first token, and
+# tailwatch_agg_llm_anatomy). A build summarises again every minute
 # recorded with an older layout.
-LAYER = 3
+LAYER = 4
 # Recorded for a chunk's minutes before its rows are written, replaced by LAYER once they all are:
 # a build killed in between leaves them so, and the next build summarises them again (after
 # deleting whatever part of their rows was written).
@@ -205,7 +208,18 @@ REQUEST_MINUTES_SCHEMA: dict[str, Any] = {
     "first_start": pl.Datetime("ns", "UTC"),
     "threshold_ms": pl.Float64,  # every request this slow or slower is a top request
 }
-_SUMS = ("attempts", "failed_attempts", "throttled_attempts", "backoff_ns", "tokens", "failed_calls")
+_SUMS = (
+    "attempts",
+    "failed_attempts",
+    "throttled_attempts",
+    "backoff_ns",
+    "tokens",
+    "failed_calls",
+    "input_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "streamed_calls",
+)
 # The logical LLM calls summed per provider, model and path: per minute as kept, per window as read.
 _CALL_SUMS: dict[str, Any] = {
     "provider": pl.String,
@@ -248,6 +262,8 @@ class RangeRows:
     # analytics.retries.retry_state per minute the workflow runs started (``start``)
     workflow_hop_aggregates: pl.DataFrame
     workflow_run_aggregates: pl.DataFrame
+    # analytics.llm_anatomy.anatomy_buckets per minute the calls started (``start``)
+    anatomy_aggregates: pl.DataFrame
 
     @classmethod
     def empty(cls, lo: datetime, hi: datetime) -> RangeRows:
@@ -267,6 +283,7 @@ class RangeRows:
             empty(AGG_REQUESTS_SCHEMA),
             empty({**RETRY_HOP_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
             empty({**RETRY_RUN_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
+            empty(ANATOMY_MINUTES_SCHEMA),
         )
 
 
@@ -311,6 +328,18 @@ def top_requests(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .cast(pl.Schema(REQUEST_MINUTES_SCHEMA))
     )
     return top, minutes
+
+
+ANATOMY_MINUTES_SCHEMA: dict[str, Any] = {"start": pl.Datetime("ns", "UTC"), **ANATOMY_BUCKETS_SCHEMA}
+
+
+def anatomy_minutes(calls: pl.DataFrame) -> pl.DataFrame:
+    """The calls' anatomy histograms per (minute, provider, model) (:data:`ANATOMY_MINUTES_SCHEMA`).
+    Pure."""
+    minute = pl.col("start_ns").cast(pl.Datetime("ns", "UTC")).dt.truncate("1m").alias("start")
+    return anatomy_buckets(calls.with_columns(minute), ["start", "provider", "model"]).select(
+        list(ANATOMY_MINUTES_SCHEMA)
+    )
 
 
 def call_minutes(calls: pl.DataFrame) -> pl.DataFrame:
@@ -457,6 +486,7 @@ def extract_range(
         request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms, walks),
         workflow_hop_aggregates=hop_state,
         workflow_run_aggregates=run_state,
+        anatomy_aggregates=anatomy_minutes(calls),
     )
 
 
@@ -502,6 +532,7 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
         AGG_REQUESTS_TABLE: rows.request_aggregates,
         AGG_WORKFLOW_HOPS_TABLE: rows.workflow_hop_aggregates,
         AGG_WORKFLOW_RUNS_TABLE: rows.workflow_run_aggregates,
+        AGG_LLM_ANATOMY_TABLE: rows.anatomy_aggregates,
     }
     written = {}
     for name, frame in tables.items():
@@ -954,6 +985,74 @@ def _call_totals(
     )
 
 
+_WINDOW_ANATOMY_SCHEMA: dict[str, Any] = {"window": pl.String, **ANATOMY_BUCKETS_SCHEMA}
+_ANATOMY_CALL_COLUMNS = (
+    "provider",
+    "model",
+    "start_ns",
+    "end_ns",
+    "ttft_ns",
+    "input_tokens",
+    "output_tokens",
+)
+
+
+def _anatomy_buckets(
+    store: Store, inside: list[tuple[datetime, datetime]], extracted: list[RangeRows], windows: Windows
+) -> pl.DataFrame:
+    """The anatomy histograms of each window's calls: whole minutes merged in ClickHouse from
+    their per-minute histograms (a row per bucket comes back, whatever the traffic), the calls of
+    partly covered minutes and of unsummarised ranges bucketed here the same way — as
+    :func:`_call_totals` reads the sums beside them."""
+    bounds = {"s": windows.start, "e": windows.end, "bs": windows.baseline_start, "be": windows.baseline_end}
+    whole, partial = _minute_pieces(inside, list(bounds.values()))
+    current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
+    baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
+    frames: list[pl.DataFrame] = [empty(_WINDOW_ANATOMY_SCHEMA)]
+    if whole:
+        where, params = _in_ranges(whole)
+        frames.append(
+            normalize(
+                store.query_polars(
+                    f"SELECT if({current}, 'current', 'baseline') AS window, provider, model, measure, key, "
+                    f"toInt64(sum(n)) AS n FROM {store.table(AGG_LLM_ANATOMY_TABLE)} "
+                    f"WHERE {where} AND (({current}) OR ({baseline})) "
+                    "GROUP BY window, provider, model, measure, key",
+                    {**params, **bounds},
+                )
+            )
+        )
+    calls = [empty({c: STORED_CALLS_SCHEMA[c] for c in _ANATOMY_CALL_COLUMNS})]
+    if partial:
+        where, params = _in_ranges(partial)
+        calls.append(
+            normalize(
+                store.query_polars(
+                    f"SELECT {', '.join(_ANATOMY_CALL_COLUMNS)} "
+                    f"FROM {store.table(CALLS_TABLE)} WHERE {where}",
+                    params,
+                )
+            )
+        )
+    calls += [part.calls.select(_ANATOMY_CALL_COLUMNS) for part in extracted]
+    rows = pl.concat([_cast(c, {k: STORED_CALLS_SCHEMA[k] for k in _ANATOMY_CALL_COLUMNS}) for c in calls])
+    start = pl.col("start_ns")
+    in_current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (
+        start < pl.lit(windows.end).dt.epoch("ns")
+    )
+    in_baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
+        start < pl.lit(windows.baseline_end).dt.epoch("ns")
+    )
+    labelled = rows.filter(in_current | in_baseline).with_columns(
+        pl.when(in_current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window")
+    )
+    frames.append(anatomy_buckets(labelled, ["window", "provider", "model"]))
+    merged = pl.concat(
+        [f.select(list(_WINDOW_ANATOMY_SCHEMA)).cast(pl.Schema(_WINDOW_ANATOMY_SCHEMA)) for f in frames]
+    )
+    return merged.group_by("window", "provider", "model", "measure", "key").agg(pl.col("n").sum())
+
+
 def _split(
     needed: list[tuple[datetime, datetime]], covered: list[tuple[datetime, datetime]]
 ) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
@@ -1038,6 +1137,12 @@ class SummaryInputs:
     def calls(self) -> pl.DataFrame:
         """:data:`CALL_TOTALS_SCHEMA`: per window, provider, model and path."""
         return _call_totals(self.store, self.inside, self.extracted, self.windows)
+
+    @cached_property
+    def anatomy_buckets(self) -> pl.DataFrame:
+        """The calls' anatomy histograms per window, provider and model
+        (:data:`~analytics.llm_anatomy.ANATOMY_BUCKETS_SCHEMA` with a ``window``)."""
+        return _anatomy_buckets(self.store, self.inside, self.extracted, self.windows)
 
     @cached_property
     def _workflow_rows(self) -> pl.DataFrame:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from storage import DDLContext
 
 __all__ = [
+    "AGG_LLM_ANATOMY_TABLE",
     "AGG_REQUESTS_TABLE",
     "AGG_WORKFLOW_HOPS_TABLE",
     "AGG_WORKFLOW_RUNS_TABLE",
@@ -34,6 +35,8 @@ __all__ = [
     "WORKFLOW_SPANS_TABLE",
     "aggregate_tables",
     "aggregate_workflow_tables",
+    "anatomy_columns",
+    "anatomy_tables",
     "failed_calls_column",
     "minutes_layer",
     "summary_tables",
@@ -53,6 +56,7 @@ CALL_MINUTES_TABLE = "tailwatch_summary_llm_call_minutes"
 AGG_REQUESTS_TABLE = "tailwatch_agg_requests"
 AGG_WORKFLOW_HOPS_TABLE = "tailwatch_agg_workflow_hops"
 AGG_WORKFLOW_RUNS_TABLE = "tailwatch_agg_workflow_runs"
+AGG_LLM_ANATOMY_TABLE = "tailwatch_agg_llm_anatomy"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -85,7 +89,12 @@ _TABLES: tuple[tuple[str, str, str, str], ...] = (
     sync Bool,
     start_ns Int64,
     end_ns Int64,
-    failed_calls Int64""",
+    failed_calls Int64,
+    input_tokens Int64,
+    output_tokens Int64,
+    cached_tokens Int64,
+    streamed_calls Int64,
+    ttft_ns Nullable(Int64)""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -185,7 +194,11 @@ _TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
     throttled_attempts Int64,
     backoff_ns Int64,
     tokens Int64,
-    failed_calls Int64""",
+    failed_calls Int64,
+    input_tokens Int64,
+    output_tokens Int64,
+    cached_tokens Int64,
+    streamed_calls Int64""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -255,8 +268,25 @@ _AGG_WORKFLOW_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
+# The model calls' anatomy (analytics.llm_anatomy): per (minute, provider, model), one histogram per
+# measure (time to first token, time per output token, input and output tokens, the duration-on-
+# output-tokens fit), a row per bucket; a window's histograms are their sums.
+_AGG_ANATOMY_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        AGG_LLM_ANATOMY_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    provider LowCardinality(String),
+    model LowCardinality(String),
+    measure LowCardinality(String),
+    key Int32,
+    n Int64""",
+        "(provider, model, start, measure)",
+        "cityHash64(provider, model)",
+    ),
+)
+
 SUMMARY_TABLES: tuple[str, ...] = tuple(
-    t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES, *_AGG_WORKFLOW_TABLES)
+    t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES, *_AGG_WORKFLOW_TABLES, *_AGG_ANATOMY_TABLES)
 )
 
 
@@ -308,6 +338,27 @@ def failed_calls_column(ctx: DDLContext) -> list[str]:
                 "ADD COLUMN IF NOT EXISTS failed_calls Int64 DEFAULT 0"
             )
     return statements
+
+
+def anatomy_columns(ctx: DDLContext) -> list[str]:
+    """The calls' tokens, prompt cache, streaming and first token, per call and per minute (tables
+    made before the anatomy; fresh stores have the columns from their creation). Minutes summarised
+    before read 0 until a build summarises them again (layer 4)."""
+    sums = ("input_tokens Int64", "output_tokens Int64", "cached_tokens Int64", "streamed_calls Int64")
+    columns = {CALLS_TABLE: (*sums, "ttft_ns Nullable(Int64)"), CALL_MINUTES_TABLE: sums}
+    statements = []
+    for table, added in columns.items():
+        for target in dict.fromkeys((ctx.local(table), table)):
+            statements.append(
+                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
+                + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in added)
+            )
+    return statements
+
+
+def anatomy_tables(ctx: DDLContext) -> list[str]:
+    """The per-minute anatomy histograms (the analytics migration adding them)."""
+    return _create(ctx, _AGG_ANATOMY_TABLES)
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:

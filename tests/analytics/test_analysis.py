@@ -515,6 +515,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "retry_amplification",
         "attribution",
         "llm_calls",
+        "llm_anatomy",
         "boundary",
         "slices",
         "what_if",
@@ -564,8 +565,17 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
     at_ = data["attribution"][0]
     assert set(at_) == {
         "service", "operation", "baseline_p99_ms", "current_p99_ms", "delta_ms", "llm_share",
-        "internal_share", "verdict", "top_spans", "exemplar_trace_ids", "llm_signals",
+        "internal_share", "verdict", "top_spans", "exemplar_trace_ids", "llm_signals", "llm_cause",
+        "llm_cause_ours", "llm_cause_provider", "llm_cause_model", "llm_cause_text", "llm_breakdown_ms",
     }  # fmt: skip
+    anatomy = data["llm_anatomy"][0]
+    side = {
+        "calls", "streamed_calls", "ttft_p50_ms", "ttft_p99_ms", "ttft_source", "ms_per_output_token_p50",
+        "input_tokens_p50", "output_tokens_p50", "cached_input_ratio", "cost_per_1k_calls", "cost_per_day",
+        "backoff_ms_per_call", "throttle_rate", "sync_calls", "sync_cost", "ttft_estimate_low_ms",
+        "ttft_estimate_high_ms", "per_token_estimate_low_ms", "per_token_estimate_high_ms",
+    }  # fmt: skip
+    assert set(anatomy) == {"provider", "model", *side, *(f"baseline_{k}" for k in side)}
     assert set(at_["top_spans"][0]) == {"span_name", "class", "provider", "model", "delta_ms"}
     sources = {b["service"]: b["budget_source"] for b in data["boundary"]}
     assert (sources["web"], sources["chat-api"]) == ("cliff", None)  # none configured
