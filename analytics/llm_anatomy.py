@@ -440,7 +440,8 @@ def llm_cause(
     """The cause of an LLM delta of ``delta_ms`` (on the tail's critical path) from one model's
     :func:`llm_anatomy` row and the synchronous calls per hot request (baseline, current).
 
-    The typical call is taken apart, baseline against current: first token (Δttft per call), the
+    The typical call is taken apart, baseline against current: first token (Δttft per call, less
+    the backoff it holds), the
     generation (Δ(time per token × output tokens), split into the provider's speed and the output's
     length), the backoff between attempts, and the change in calls per request times a baseline
     call's time. The parts are scaled to the observed delta. A first-token rise with prompts grown
@@ -457,9 +458,11 @@ def llm_cause(
     assert t0 is not None and t1 is not None and g0 is not None and g1 is not None
     assert o0 is not None and o1 is not None
     r0, r1 = calls_per_request if calls_per_request else (1.0, 1.0)
-    call0 = t0 + g0 * o0 + b0
+    # A call's first token is timed from its start, so it holds the backoff before the attempt that
+    # answered (and so does the estimate's fixed part): the first-token part is what is left.
+    call0 = t0 + g0 * o0
     parts = {
-        "first_token": (t1 - t0) * r1,
+        "first_token": ((t1 - b1) - (t0 - b0)) * r1,
         "generation": (g1 * o1 - g0 * o0) * r1,
         "backoff": (b1 - b0) * r1,
         "more_calls": (r1 - r0) * call0,

@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -38,7 +39,7 @@ from analytics import (
 )
 from analytics.cold_path import cold_path_cdf
 from collectors import TRACES_TABLE
-from collectors.spans import SpanRow, insert_spans, new_span_id
+from collectors.spans import SpanEvent, SpanRow, insert_spans, new_span_id
 from dashboards import export_dashboards
 from slo_rules.source import AnalyticsSource
 from storage import Store, ensure_schema, iso_z, open_store
@@ -107,9 +108,39 @@ class Dataset:
     boundary_expected: dict[tuple[str, str], str]
 
 
+def _with_anatomy(spans: list[SpanRow]) -> list[SpanRow]:
+    """The model calls with what instrumentations record of their anatomy: a third with the GenAI
+    convention's time to first chunk (util-genai), a third with a chunk event per token's batch
+    (OpenLLMetry), the rest with neither; every other call with cached input tokens."""
+    out = []
+    n = 0
+    for span in spans:
+        if span.attributes.get("gen_ai.operation.name") != "chat":
+            out.append(span)
+            continue
+        n += 1
+        attrs = dict(span.attributes)
+        first = span.duration_ns * (0.2 + (n % 7) * 0.05)
+        events: tuple[SpanEvent, ...] = span.events
+        if n % 3 == 0:
+            attrs["gen_ai.response.time_to_first_chunk"] = repr(first / 1e9)
+        elif n % 3 == 1:
+            events = tuple(
+                SpanEvent(
+                    span.start_ns + int(first + k * (span.duration_ns - first) / 4),
+                    "gen_ai.content.completion.chunk",
+                )
+                for k in range(4)
+            )
+        if n % 2 == 0 and "gen_ai.usage.input_tokens" in attrs:
+            attrs["gen_ai.usage.cache_read.input_tokens"] = str(int(attrs["gen_ai.usage.input_tokens"]) // 2)
+        out.append(replace(span, attributes=attrs, events=events))
+    return out
+
+
 def _dataset() -> Dataset:
     # An LLM regression: the baseline hour [T0, T0+1h), the current hour after it.
-    llm = scenario_llm_regression(requests=150).spans
+    llm = _with_anatomy(scenario_llm_regression(requests=150).spans)
     # Four versions released every 6 h (100 requests each), moved so that 1.2.0 — the one that adds
     # an LLM call — is released half-way through the window, after 1.0.0 and 1.1.0.
     releases = [
@@ -286,6 +317,36 @@ def test_the_mix_gives_every_metric_something_to_compare(
     assert _request_counts(full) == _requests_in(dataset.spans, START, END)
     baseline = full.retry_amplification.row(0, named=True)
     assert baseline["runs"] > 0 and baseline["baseline_runs"] > 0
+
+
+def test_the_anatomy_reads_first_tokens_and_cached_tokens_as_the_spans_carry_them(
+    window_analyses: WindowAnalyses, dataset: Dataset
+) -> None:
+    lo, hi = int(START.timestamp() * S), int(END.timestamp() * S)
+    # Every call to the model in the window, whichever service made it (the anatomy is per model).
+    chat = [
+        s
+        for s in dataset.spans
+        if s.attributes.get("gen_ai.request.model") == "gpt-4o"
+        and s.attributes.get("gen_ai.provider.name") == "openai"
+        and lo <= s.start_ns < hi
+    ]
+    firsts = []
+    for s in chat:
+        if "gen_ai.response.time_to_first_chunk" in s.attributes:
+            firsts.append(float(s.attributes["gen_ai.response.time_to_first_chunk"]) * 1000)
+        elif s.events:
+            firsts.append((min(e.timestamp_ns for e in s.events) - s.start_ns) / 1e6)
+    assert 0 < len(firsts) < len(chat)
+    row = window_analyses.summarised.llm_anatomy.filter(pl.col("model") == "gpt-4o").row(0, named=True)
+    assert row["ttft_source"] == "attribute"
+    assert row["ttft_p50_ms"] == pytest.approx(float(np.quantile(firsts, 0.5)), rel=0.005)
+    inputs = sum(int(s.attributes.get("gen_ai.usage.input_tokens", 0)) for s in chat)
+    cached = sum(int(s.attributes.get("gen_ai.usage.cache_read.input_tokens", 0)) for s in chat)
+    assert row["cached_input_ratio"] == pytest.approx(cached / inputs)
+    calls = window_analyses.full.llm_calls.filter(pl.col("model") == "gpt-4o")["calls"].sum()
+    assert row["calls"] == calls
+    assert row["streamed_calls"] == len(firsts)
 
 
 # --- 1a. a window that starts and ends mid-minute ------------------------------------------------
