@@ -7,10 +7,11 @@ the narrow results to the pure metric functions of the sibling modules, overlapp
 
 from __future__ import annotations
 
+import copy
 import io
 import json
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -69,6 +70,7 @@ from analytics.cold_path import (
     jobs_from_spans,
 )
 from analytics.conventions import Conventions
+from analytics.drift import DriftFinding
 from analytics.hedges import HEDGES_SCHEMA, existing_hedges, fetch_hedge_spans
 from analytics.hot_path import (
     HOT_PATH_SCHEMA,
@@ -254,6 +256,10 @@ class Analysis:
     )
     bucket_ms: int = 500
     run_id: str = ""
+    # The architecture drift report read beside this analysis (analytics.drift: its own window, the
+    # ``drift_days`` days before ``end``); 0 days: none was read. Not a frame: it is not persisted.
+    drift: tuple[DriftFinding, ...] = ()
+    drift_days: int = 0
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
@@ -274,6 +280,14 @@ class Analysis:
             bucket_ms=bucket_ms,
             **cast(dict[str, Any], dict.fromkeys(FRAME_SCHEMAS, later)),
         )
+
+    def with_drift(self, findings: Iterable[DriftFinding], days: int) -> Analysis:
+        """This analysis with the drift report of the ``days`` days before its end (what
+        ``stored_drift_report`` read); the frames are not computed for it."""
+        out = copy.copy(self)
+        object.__setattr__(out, "drift", tuple(findings))
+        object.__setattr__(out, "drift_days", days)
+        return out
 
     @property
     def frames(self) -> dict[str, pl.DataFrame]:
@@ -399,6 +413,11 @@ class Analysis:
                     "variants": _records(group, SLICE_VARIANT_KEYS),
                 }
             )
+        drift = (
+            {"drift_days": self.drift_days, "drift": [f.to_dict() for f in self.drift]}
+            if self.drift_days
+            else {}
+        )
         return {
             "window": {
                 "start": _iso(self.start),
@@ -420,6 +439,7 @@ class Analysis:
             "slices": slices_out,
             "what_if": _records(self.what_if, list(WHAT_IF_SCHEMA)),
             "existing_hedges": _records(self.existing_hedges, list(HEDGES_SCHEMA)),
+            **drift,
         }
 
     def to_json(self, indent: int | None = None) -> str:
@@ -458,7 +478,7 @@ class Analysis:
             baseline_end=window["baseline_end"],
             bucket_ms=bucket_ms,
             run_id=run_id,
-            **loaded,
+            **cast(dict[str, Any], loaded),
         )
 
 

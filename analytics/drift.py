@@ -67,6 +67,7 @@ from storage import Store, StoreError, as_utc, iso_z
 _log = logging.getLogger(__name__)
 
 __all__ = [
+    "BY_DAY_KEYS",
     "DRIFT_KINDS",
     "DRIFT_REPORTS_TABLE",
     "DriftFinding",
@@ -92,11 +93,24 @@ DriftKind = Literal[
     "no_latency_target",
 ]
 DRIFT_KINDS: tuple[str, ...] = DriftKind.__args__  # type: ignore[attr-defined]
+# The per-day series of each kind of finding (``DriftFinding.by_day``, besides ``day``); a ratio of a
+# day with nothing to divide by is ``None``.
+BY_DAY_KEYS: dict[str, tuple[str, ...]] = {
+    "shared_operation": ("hot_calls", "cold_calls", "hot_share", "hot_p99_ms", "cold_p99_ms"),
+    "batch_shrinking": ("runs", "items_per_run"),
+    "unit_cost_rising": ("units", "calls_per_unit", "tokens_per_unit"),
+    "queue_unbounded": ("enqueued", "completed", "backlog"),
+    "whole_batch_retry": ("retried_jobs", "failed_items", "items_reprocessed"),
+    "no_latency_target": ("requests", "p99_ms"),
+}
 # The seed's test: two or more of the symptoms in one service make an online service never designed
 # as one.
 Severity = Literal["warning", "critical"]
 
 _DAY_NS = 86_400_000_000_000
+# The stored report's shape (tailwatch_drift_reports): a report kept before the findings carried
+# their per-day series is not read back as one without them.
+_REPORT_FORMAT = 2
 # Pointer-jumping steps of the boundary walk: 2**6 = 64 ancestors, as analytics.ancestry's depth.
 _JUMPS = 6
 
@@ -112,6 +126,9 @@ class DriftFinding:
     since: datetime  # the first day of the trend (the start of that day of the drift window)
     evidence: dict[str, Any] = field(default_factory=dict)
     severity: Severity = "warning"
+    # The per-day series the finding rests on, one dict per day of the drift window (``day``: its
+    # start), the keys of its kind (:data:`BY_DAY_KEYS`): what the Drift view draws.
+    by_day: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -122,6 +139,10 @@ class DriftFinding:
             "since": iso_z(self.since),
             "evidence": {k: _num(v) for k, v in self.evidence.items()},
             "severity": self.severity,
+            "by_day": [
+                {k: iso_z(v) if isinstance(v, datetime) else _num(v) for k, v in row.items()}
+                for row in self.by_day
+            ],
         }
 
 
@@ -373,7 +394,9 @@ def stored_drift_report(
     covered = tuple(sorted(covered))
     key = hashlib.sha256(
         json.dumps(
-            {"days": days, "covered": covered, "conventions": conv.to_dict()}, sort_keys=True, default=str
+            {"days": days, "covered": covered, "conventions": conv.to_dict(), "format": _REPORT_FORMAT},
+            sort_keys=True,
+            default=str,
         ).encode()
     ).hexdigest()[:16]
     if not store.table_exists(DRIFT_REPORTS_TABLE):
@@ -407,10 +430,17 @@ def _finding_of(item: dict[str, Any]) -> DriftFinding:
         service=item["service"],
         operation=item["operation"],
         queue=item["queue"],
-        since=as_utc(datetime.fromisoformat(item["since"].replace("Z", "+00:00"))),
+        since=_day_of(item["since"]),
         evidence=dict(item["evidence"]),
         severity=item["severity"],
+        by_day=[
+            {k: _day_of(v) if k == "day" else v for k, v in row.items()} for row in item.get("by_day", [])
+        ],
     )
+
+
+def _day_of(value: str) -> datetime:
+    return as_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
 
 
 # --- metric logic (pure) ---------------------------------------------------------------------------
@@ -446,6 +476,20 @@ def _grid(frame: pl.DataFrame, keys: list[str], days: int, values: list[str]) ->
 
 def _edges(values: list[float], edge: int) -> tuple[float, float]:
     return sum(values[:edge]) / edge, sum(values[-edge:]) / edge
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _series(day: Any, days: int, **columns: Sequence[Any]) -> list[dict[str, Any]]:
+    """One dict per day of the window: its start (``day``) and each column's value that day."""
+    return [{"day": day(i), **{k: v[i] for k, v in columns.items()}} for i in range(days)]
+
+
+def _daily_p99(rows: pl.DataFrame, days: int) -> list[float | None]:
+    """Per day of the window, the calls-weighted mean of that day's p99s (:func:`_weighted_p99`)."""
+    return [_weighted_p99(rows.filter(pl.col("day") == i)) for i in range(days)]
 
 
 def drift_findings(
@@ -489,6 +533,7 @@ def drift_findings(
             f.since,
             f.evidence,
             "critical" if len(kinds.get(f.service, ())) >= 2 else "warning",
+            f.by_day,
         )
         for f in found
     ]
@@ -551,6 +596,15 @@ def _shared_operations(calls: pl.DataFrame, days: int, conv: Conventions, day: A
                     "cold_p99_ms_now": _weighted_p99(cold_rows.filter(recent)),
                     "cold_services": ",".join(sorted(set(cold_rows["service"].to_list()))),
                 },
+                by_day=_series(
+                    day,
+                    days,
+                    hot_calls=hot,
+                    cold_calls=cold,
+                    hot_share=[_ratio(h, h + c) for h, c in zip(hot, cold, strict=True)],
+                    hot_p99_ms=_daily_p99(hot_rows, days),
+                    cold_p99_ms=_daily_p99(cold_rows, days),
+                ),
             )
         )
     return out
@@ -598,6 +652,12 @@ def _batches(runs: pl.DataFrame, days: int, conv: Conventions, day: Any) -> list
                     "items_per_run_then": per_run_then,
                     "items_per_run_now": per_run_now,
                 },
+                by_day=_series(
+                    day,
+                    days,
+                    runs=n,
+                    items_per_run=[_ratio(i, k) for i, k in zip(items, sized, strict=True)],
+                ),
             )
         )
     return out
@@ -649,6 +709,13 @@ def _unit_costs(costs: pl.DataFrame, days: int, conv: Conventions, day: Any) -> 
                     "tokens_per_unit_then": per["tokens"][0],
                     "tokens_per_unit_now": per["tokens"][1],
                 },
+                by_day=_series(
+                    day,
+                    days,
+                    units=work,
+                    calls_per_unit=[_ratio(c, w) for c, w in zip(calls, work, strict=True)],
+                    tokens_per_unit=[_ratio(t, w) for t, w in zip(tokens, work, strict=True)],
+                ),
             )
         )
     return out
@@ -702,6 +769,7 @@ def _queues(queues: pl.DataFrame, days: int, conv: Conventions, day: Any) -> lis
                     "backlog_now": backlog[-1],
                     "backlog_slope_per_day": slope,
                 },
+                by_day=_series(day, days, enqueued=enq, completed=done, backlog=backlog),
             )
         )
     return out
@@ -721,8 +789,23 @@ def _whole_batch_retries(
         reprocessed = sum(float(t[2]) for t in tries[first_failed + 1 :])
         acc = per.setdefault(
             (str(service), str(operation)),
-            {"jobs": 0, "jobs_now": 0, "failed": 0, "reprocessed": 0.0, "waiting": 0, "first": days},
+            {
+                "jobs": 0,
+                "jobs_now": 0,
+                "failed": 0,
+                "reprocessed": 0.0,
+                "waiting": 0,
+                "first": days,
+                "by_day": [[0, 0, 0.0] for _ in range(days)],
+            },
         )
+        # By the day the job first failed: retried jobs, failed items, items reprocessed.
+        failed_day = int(tries[first_failed][4])
+        if 0 <= failed_day < days:
+            on_day = acc["by_day"][failed_day]
+            on_day[0] += 1
+            on_day[1] += failed_items
+            on_day[2] += reprocessed
         acc["jobs"] += 1
         acc["jobs_now"] += int(tries[first_failed][4]) >= days - edge
         acc["failed"] += failed_items
@@ -749,6 +832,13 @@ def _whole_batch_retries(
                     "items_reprocessed_per_failed_item": ratio,
                     "jobs_hot_requests_waited_on": acc["waiting"],
                 },
+                by_day=_series(
+                    day,
+                    days,
+                    retried_jobs=[d[0] for d in acc["by_day"]],
+                    failed_items=[d[1] for d in acc["by_day"]],
+                    items_reprocessed=[d[2] for d in acc["by_day"]],
+                ),
             )
         )
     return out
@@ -781,6 +871,12 @@ def _no_targets(
                     "requests_per_day_now": float(recent["requests"].sum()) / edge,
                     "p99_ms_now": _weighted_p99(recent.rename({"requests": "calls"})),
                 },
+                by_day=_series(
+                    day,
+                    days,
+                    requests=[int(g.filter(pl.col("day") == i)["requests"].sum()) for i in range(days)],
+                    p99_ms=_daily_p99(g.rename({"requests": "calls"}), days),
+                ),
             )
         )
     return out

@@ -260,3 +260,17 @@ def refresh_summaries(store: Store, config: TailwatchConfig) -> None:
         conventions=config.analysis.conventions_object(),
         progress=(lambda line: click.echo(f"tailwatch: {line}", err=True)) if sys.stderr.isatty() else None,
     )
+
+
+def latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
+    """(service glob, operation glob) of every ``latency_slo`` rule of the configured rule files:
+    the hot operations with a latency target, for the drift report's ``no_latency_target``."""
+    from slo_rules import RuleError, load_rules
+
+    try:
+        rules = load_rules(rule_files)
+    except RuleError as exc:
+        # The analysis does not need the rules: say why every hot operation counts as without target.
+        click.echo(f"tailwatch: drift report: rule files not read, no latency target known ({exc})", err=True)
+        return []
+    return [(r.service, r.operation) for r in rules.rules if r.kind == "latency_slo"]

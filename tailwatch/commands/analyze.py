@@ -16,6 +16,7 @@ from tailwatch.commands._common import (
     OutputFormat,
     command_config,
     format_option,
+    latency_targets,
     refresh_summaries,
     require_traces,
     resolve_window,
@@ -33,20 +34,6 @@ def _held_range(store: Any) -> tuple[int, datetime, datetime] | None:
         f"SELECT count(), min(Timestamp), max(Timestamp) FROM {store.table(TRACES_TABLE)}"
     )[0]
     return (int(count), first, last) if count else None
-
-
-def _latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
-    """(service glob, operation glob) of every ``latency_slo`` rule of the configured rule files:
-    the hot operations with a latency target, for the drift report's ``no_latency_target``."""
-    from slo_rules import RuleError, load_rules
-
-    try:
-        rules = load_rules(rule_files)
-    except RuleError as exc:
-        # The analysis does not need the rules: say why every hot operation counts as without target.
-        click.echo(f"tailwatch: drift report: rule files not read, no latency target known ({exc})", err=True)
-        return []
-    return [(r.service, r.operation) for r in rules.rules if r.kind == "latency_slo"]
 
 
 @click.command("analyze")
@@ -130,19 +117,15 @@ def analyze(
             conventions=conventions,
             use_summaries=not no_summaries,
         )
-        drift = (
-            stored_drift_report(
-                store, end, conventions, days=days, covered=_latency_targets(config.rules.files)
+        if days:
+            drift = stored_drift_report(
+                store, end, conventions, days=days, covered=latency_targets(config.rules.files)
             )
-            if days
-            else []
-        )
+            analysis = analysis.with_drift(drift, days)
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
         held = _held_range(store) if empty else None
     data = analysis.to_dict()
-    if days:
-        data |= {"drift_days": days, "drift": [finding.to_dict() for finding in drift]}
     if output_format == "json":
         click.echo(json.dumps(data, allow_nan=False))
     else:

@@ -221,3 +221,96 @@ def test_the_report_is_read_once_an_hour_per_store_and_kept(store: Store) -> Non
     assert stored_drift_report(store, scenario.end + timedelta(hours=1)) == []
     assert stored_drift_report(store, scenario.end, Conventions(drift_hot_share=0.2)) == []
     assert store.query_value(f"SELECT count() FROM {store.table(DRIFT_REPORTS_TABLE)}") == 3
+
+
+def test_each_finding_carries_the_per_day_series_it_rests_on(store: Store) -> None:
+    """``by_day``: one row per day of the window with the series of the finding's kind, counted
+    here from the generated spans day by day; the edges of the series are the evidence's then/now."""
+    from analytics.drift import BY_DAY_KEYS
+
+    scenario = scenario_drift()
+    insert_spans(store, scenario.spans)
+    findings = {f.kind: f for f in drift_report(store, scenario.end)}
+    days = 14
+
+    def day_of(ns: int) -> int:
+        return (ns - T0) // DAY
+
+    for f in findings.values():
+        assert [row["day"] for row in f.by_day] == [scenario.start + timedelta(days=d) for d in range(days)]
+        assert all(set(row) == {"day", *BY_DAY_KEYS[f.kind]} for row in f.by_day)
+
+    paths = _paths(scenario.spans)
+    calls = Counter(
+        (day_of(s.start_ns), paths[s.span_id]) for s in scenario.spans if s.name == "summarise_document"
+    )
+    shared = findings["shared_operation"]
+    assert [r["hot_calls"] for r in shared.by_day] == [calls[(d, "hot")] for d in range(days)]
+    assert [r["cold_calls"] for r in shared.by_day] == [calls[(d, "cold")] for d in range(days)]
+    assert [r["hot_share"] for r in shared.by_day] == pytest.approx(
+        [calls[(d, "hot")] / (calls[(d, "hot")] + calls[(d, "cold")]) for d in range(days)]
+    )
+    assert sum(r["hot_calls"] for r in shared.by_day[-3:]) / 3 == pytest.approx(
+        shared.evidence["hot_calls_per_day_now"]
+    )
+    assert [r["hot_p99_ms"] is None for r in shared.by_day] == [calls[(d, "hot")] == 0 for d in range(days)]
+
+    runs = [s for s in scenario.spans if s.name == "nightly-summaries"]
+    batch = findings["batch_shrinking"]
+    per_day_runs = Counter(day_of(s.start_ns) for s in runs)
+    items = Counter()
+    for s in runs:
+        items[day_of(s.start_ns)] += int(s.attributes["messaging.batch.message_count"])
+    assert [r["runs"] for r in batch.by_day] == [per_day_runs[d] for d in range(days)]
+    assert [r["items_per_run"] for r in batch.by_day] == pytest.approx(
+        [items[d] / per_day_runs[d] for d in range(days)]
+    )
+
+    cost = findings["unit_cost_rising"]
+    run_day = {s.trace_id: day_of(s.start_ns) for s in runs}
+    tokens = Counter()
+    for s in scenario.spans:
+        if s.trace_id in run_day and "gen_ai.usage.input_tokens" in s.attributes:
+            tokens[run_day[s.trace_id]] += int(s.attributes["gen_ai.usage.input_tokens"]) + int(
+                s.attributes["gen_ai.usage.output_tokens"]
+            )
+    assert [r["units"] for r in cost.by_day] == [items[d] for d in range(days)]
+    assert [r["tokens_per_unit"] for r in cost.by_day] == pytest.approx(
+        [tokens[d] / items[d] for d in range(days)]
+    )
+
+    queue = findings["queue_unbounded"]
+    sent = Counter(day_of(s.start_ns) for s in scenario.spans if s.name == "send doc-index")
+    done = Counter(
+        day_of(s.start_ns + s.duration_ns) for s in scenario.spans if s.name == "process doc-index"
+    )
+    assert [r["enqueued"] for r in queue.by_day] == [sent[d] for d in range(days)]
+    assert [r["completed"] for r in queue.by_day] == [done[d] for d in range(days)]
+    assert [r["backlog"] for r in queue.by_day] == [
+        sum(sent[k] - done[k] for k in range(d + 1)) for d in range(days)
+    ]
+    assert queue.by_day[-1]["backlog"] == queue.evidence["backlog_now"]
+
+    retry = findings["whole_batch_retry"]
+    failed = Counter(
+        day_of(s.start_ns)
+        for s in scenario.spans
+        if s.name == "run/reindex" and s.attributes["celery.state"] == "RETRY"
+    )
+    assert [r["retried_jobs"] for r in retry.by_day] == [failed[d] for d in range(days)]
+    assert sum(r["items_reprocessed"] for r in retry.by_day) == retry.evidence["items_reprocessed"]
+
+    target = next(
+        f
+        for f in drift_report(store, scenario.end)
+        if f.kind == "no_latency_target" and f.service == "summary-api"
+    )
+    requests = Counter(
+        day_of(s.start_ns) for s in scenario.spans if s.name == "POST /summaries/now" and not s.parent_span_id
+    )
+    assert [r["requests"] for r in target.by_day] == [requests[d] for d in range(days)]
+
+    # The JSON carries them (days as ISO strings) and the stored report reads them back.
+    as_json = shared.to_dict()["by_day"]
+    assert as_json[0]["day"] == scenario.start.isoformat().replace("+00:00", "Z")
+    assert as_json[10]["hot_calls"] == shared.by_day[10]["hot_calls"]
