@@ -9,6 +9,7 @@ Public surface::
     analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
     drift_report(store, end)                       # architecture drift findings, 14 days by day
+    analysis.with_drift(DriftReport.read(store, end))  # the report kept per hour, for JSON and views
     run_id = persist_analysis(store, analysis)     # tailwatch_analysis_* tables
     build_summaries(store)                         # a job: later analyses read the summaries
 """
@@ -17,7 +18,7 @@ from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
 from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
-from analytics.drift import DriftFinding, DriftKind, drift_report, stored_drift_report
+from analytics.drift import DriftFinding, DriftKind, DriftReport, drift_report, stored_drift_report
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
@@ -30,6 +31,7 @@ __all__ = [
     "ConventionsError",
     "DriftFinding",
     "DriftKind",
+    "DriftReport",
     "Recommendation",
     "SpanClass",
     "SummaryBuild",

@@ -11,7 +11,7 @@ import copy
 import io
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
@@ -70,7 +70,7 @@ from analytics.cold_path import (
     jobs_from_spans,
 )
 from analytics.conventions import Conventions
-from analytics.drift import DriftFinding
+from analytics.drift import DriftReport
 from analytics.hedges import HEDGES_SCHEMA, existing_hedges, fetch_hedge_spans
 from analytics.hot_path import (
     HOT_PATH_SCHEMA,
@@ -257,9 +257,8 @@ class Analysis:
     bucket_ms: int = 500
     run_id: str = ""
     # The architecture drift report read beside this analysis (analytics.drift: its own window, the
-    # ``drift_days`` days before ``end``); 0 days: none was read. Not a frame: it is not persisted.
-    drift: tuple[DriftFinding, ...] = ()
-    drift_days: int = 0
+    # days before ``end``); None: none was read. Not a frame: it is not persisted with the run.
+    drift: DriftReport | None = None
 
     def __getattribute__(self, name: str) -> Any:
         value = object.__getattribute__(self, name)
@@ -281,12 +280,11 @@ class Analysis:
             **cast(dict[str, Any], dict.fromkeys(FRAME_SCHEMAS, later)),
         )
 
-    def with_drift(self, findings: Iterable[DriftFinding], days: int) -> Analysis:
-        """This analysis with the drift report of the ``days`` days before its end (what
-        ``stored_drift_report`` read); the frames are not computed for it."""
+    def with_drift(self, report: DriftReport | None) -> Analysis:
+        """This analysis with a drift report (``DriftReport.read``); a frame not computed yet is
+        not computed for it."""
         out = copy.copy(self)
-        object.__setattr__(out, "drift", tuple(findings))
-        object.__setattr__(out, "drift_days", days)
+        object.__setattr__(out, "drift", report)
         return out
 
     @property
@@ -414,8 +412,8 @@ class Analysis:
                 }
             )
         drift = (
-            {"drift_days": self.drift_days, "drift": [f.to_dict() for f in self.drift]}
-            if self.drift_days
+            {"drift_days": self.drift.days, "drift": [f.to_dict() for f in self.drift.findings]}
+            if self.drift is not None
             else {}
         )
         return {

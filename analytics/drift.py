@@ -72,6 +72,7 @@ __all__ = [
     "DRIFT_REPORTS_TABLE",
     "DriftFinding",
     "DriftKind",
+    "DriftReport",
     "batch_runs_sql",
     "drift_findings",
     "drift_report",
@@ -144,6 +145,48 @@ class DriftFinding:
                 for row in self.by_day
             ],
         }
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """The drift findings of the ``days`` days before ``end`` (by day), and the days each edge
+    ("then", "now") spans: what an analysis carries for its Drift view and its JSON.
+
+    Usage::
+
+        report = DriftReport.read(store, end, conventions, covered=[("api", "POST /*")])
+        analysis = analysis.with_drift(report)
+    """
+
+    findings: tuple[DriftFinding, ...]
+    end: datetime
+    days: int
+    edge_days: int
+
+    @property
+    def start(self) -> datetime:
+        return self.end - timedelta(days=self.days)
+
+    @classmethod
+    def read(
+        cls,
+        store: Store,
+        end: datetime,
+        conventions: Conventions | None = None,
+        *,
+        days: int | None = None,
+        covered: Iterable[tuple[str, str]] = (),
+    ) -> DriftReport:
+        """:func:`stored_drift_report` (computed at most once per store and hour) as a report."""
+        conv = conventions or Conventions()
+        days = conv.drift_days if days is None else days
+        findings = stored_drift_report(store, end, conv, days=days, covered=covered)
+        return cls(tuple(findings), _hour(end), days, conv.drift_edge_days)
+
+
+def _hour(end: datetime) -> datetime:
+    """The end a stored report is read for: ``end`` taken on the hour."""
+    return as_utc(end).replace(minute=0, second=0, microsecond=0)
 
 
 def _num(value: Any) -> Any:
@@ -390,7 +433,7 @@ def stored_drift_report(
     spans (seconds on millions of spans): at most one evaluation an hour pays for it."""
     conv = conventions or Conventions()
     days = conv.drift_days if days is None else days
-    hour = as_utc(end).replace(minute=0, second=0, microsecond=0)
+    hour = _hour(end)
     covered = tuple(sorted(covered))
     key = hashlib.sha256(
         json.dumps(

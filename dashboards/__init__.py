@@ -25,6 +25,7 @@ from dashboards.export import (
     export_dashboards,
     landing_page,
     plotly_js_source,
+    with_drift_report,
     write_dashboards,
     write_plotly_js,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "export_dashboards",
     "landing_page",
     "plotly_js_source",
+    "with_drift_report",
     "write_dashboards",
     "write_plotly_js",
 ]

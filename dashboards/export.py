@@ -15,7 +15,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,7 +26,15 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.offline import get_plotlyjs_version
 
-from analytics import Analysis, Conventions, analyze, latest_analysis, load_run, persist_analysis
+from analytics import (
+    Analysis,
+    Conventions,
+    DriftReport,
+    analyze,
+    latest_analysis,
+    load_run,
+    persist_analysis,
+)
 from dashboards import style
 from dashboards.figures import VIEW_TITLES, VIEWS, View, build_figures
 from dashboards.landing import index_body, live_index_body
@@ -47,6 +55,7 @@ __all__ = [
     "find_browser",
     "landing_page",
     "plotly_js_source",
+    "with_drift_report",
     "write_dashboards",
     "write_plotly_js",
 ]
@@ -122,9 +131,16 @@ def export_dashboards(
     trace_url: str | None = None,
     run_id: str | None = None,
     plotly_js: str = "inline",
+    drift_days: int | None = None,
+    latency_targets: Iterable[tuple[str, str]] = (),
 ) -> ExportReport:
     """Export every view for a window, computing and persisting its analysis — or, with
     ``run_id``, of that persisted run (the window is the run's).
+
+    The Drift view draws the architecture drift report of the ``drift_days`` days (default the
+    conventions' ``drift_days``; 0: none) before the analysis' end, read as ``tailwatch analyze``
+    and the rules read it (``analytics.DriftReport.read``: computed at most once per store and hour,
+    then kept), with ``latency_targets`` (the ``latency_slo`` rules' (service, operation) globs).
 
     Window: ``start``/``end`` as given (a missing end is now, a missing start is 24 h before the
     end); with neither, the latest persisted analysis, else the last 24 hours. ``trace_url``: the
@@ -140,6 +156,9 @@ def export_dashboards(
     else:
         analysis, run_id, computed = _resolve_analysis(store, start, end, conventions)
     alerts, notes = alerts_in_window(store, analysis.start, analysis.end)
+    if analysis.drift is None:
+        analysis, note = with_drift_report(store, analysis, conventions, drift_days, latency_targets)
+        notes += note
     files = write_dashboards(
         analysis,
         Path(out_dir),
@@ -179,6 +198,27 @@ def _resolve_analysis(
     computed = analyze(store, start, end, conventions=conventions)
     run_id = persist_analysis(store, computed)
     return computed, run_id, True
+
+
+def with_drift_report(
+    store: Store,
+    analysis: Analysis,
+    conventions: Conventions | None = None,
+    days: int | None = None,
+    latency_targets: Iterable[tuple[str, str]] = (),
+) -> tuple[Analysis, list[str]]:
+    """``analysis`` with the drift report of the ``days`` days before its end (0: as it is), and a
+    note when it cannot be read (the other views do not need it)."""
+    conv = conventions or Conventions()
+    days = conv.drift_days if days is None else days
+    if not days:
+        return analysis, []
+    try:
+        report = DriftReport.read(store, analysis.end, conv, days=days, covered=latency_targets)
+    except TailwatchError as exc:
+        _log.warning("drift report unavailable: %s", exc)
+        return analysis, [f"drift report unavailable: {exc}"]
+    return analysis.with_drift(report), []
 
 
 def alerts_in_window(store: Store, start: datetime, end: datetime) -> tuple[pl.DataFrame | None, list[str]]:

@@ -18,6 +18,7 @@ from dashboards.views.alerts import NO_ALERTS_TEXT, alerts_figure
 from dashboards.views.attribution import attribution_figure
 from dashboards.views.boundary import boundary_figure
 from dashboards.views.cold_path import cold_path_figure
+from dashboards.views.drift import drift_figure
 from dashboards.views.hot_path import hot_path_figure
 from dashboards.views.retries import retries_figure
 
@@ -33,6 +34,7 @@ __all__ = [
     "boundary_figure",
     "build_figures",
     "cold_path_figure",
+    "drift_figure",
     "hot_path_figure",
     "retries_figure",
 ]
@@ -51,5 +53,6 @@ def build_figures(analysis: Analysis, alerts: pl.DataFrame | None = None) -> dic
         "retries": retries_figure(analysis),
         "attribution": attribution_figure(analysis, alerts),
         "boundary": boundary_figure(analysis),
+        "drift": drift_figure(analysis),
         "alerts": alerts_figure(analysis, alerts),
     }

@@ -25,6 +25,7 @@ from analytics import Analysis
 from dashboards import style
 from dashboards.views._common import VIEW_TITLES, VIEWS, View, count_of, fmt_ms
 from dashboards.views.alerts import NO_ALERTS_TEXT
+from dashboards.views.drift import no_drift_text
 
 __all__ = [
     "SYNC_LLM_INCREASE",
@@ -51,6 +52,7 @@ VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
     "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
     "boundary": "Each operation's p99 against its budget, without its sync model calls, the what-if "
     "options against their price, and flag slices.",
+    "drift": "Batch jobs drifting into online services: per finding the series by day it rests on.",
     "alerts": "Alerts firing and resolved in the window, with their cause.",
 }
 _SEVERITY_ORDER: Final = {"page": 0, "critical": 0, "ticket": 1, "warning": 1}
@@ -60,6 +62,8 @@ _SEVERITY_ORDER: Final = {"page": 0, "critical": 0, "ticket": 1, "warning": 1}
 _SLICE = re.compile(r"variant .+ of flag .+ is worse than control")
 _RELEASE = re.compile(r"p99 rises with releases|release .+ added .+ synchronous LLM calls|stepped p99 up")
 _ABANDONMENT = re.compile(r"of requests abandoned \(limit|past the abandonment cliff")
+# The decision every architecture_drift alert's summary ends with (slo_rules.kinds.architecture_drift).
+_DRIFT = re.compile(r"say it is an online service now")
 _VIEW_LINK = re.compile(r"(?:^|/)([a-z_]+)\.html(?:[?#].*)?$")
 # The run page an alert links to, whichever base URL it was written with.
 _RUN_PAGE = re.compile(r"/runs/([0-9a-f]{32})/([a-z_]+)\.html(?:[?#].*)?$")
@@ -91,21 +95,25 @@ class AlertEntry:
 def evidence_view(alert: Mapping[str, Any]) -> View:
     """The view that holds the evidence for an alert (a row of ``slo_rules.alert_history``).
 
-    The alert's own dashboard link when it carries one; else by what it is about: a queue →
-    ``cold_path``, a workflow → ``retries``; for an operation, by its rule kind as its summary reads
-    — release coupling → ``hot_path``, abandonment → ``abandonment``, a flag slice → ``boundary``,
-    p99 regressions and latency SLOs → ``attribution``.
+    The alert's own dashboard link when it carries one; else by what it is about: architecture
+    drift (its summary's decision) → ``drift``, a queue → ``cold_path``, a workflow → ``retries``;
+    for an operation, by its rule kind as its summary reads — release coupling → ``hot_path``,
+    abandonment → ``abandonment``, a flag slice → ``boundary``, p99 regressions and latency SLOs →
+    ``attribution``.
     """
     for url in _dashboard_links(alert):
         found = _VIEW_LINK.search(url)
         if found and found.group(1) in VIEWS:
             view: View = found.group(1)  # type: ignore[assignment]
             return view
+    summary = str(alert.get("summary") or "")
+    if _DRIFT.search(summary):
+        # Before the queue: an unbounded queue's drift alert names its queue.
+        return "drift"
     if alert.get("queue") or alert.get("path") == "cold":
         return "cold_path"
     if alert.get("workflow"):
         return "retries"
-    summary = str(alert.get("summary") or "")
     if _SLICE.search(summary):
         return "boundary"
     if _RELEASE.search(summary):
@@ -542,6 +550,18 @@ def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str
             [
                 f"{_op(r)} p99 {fmt_ms(r['p99_ms'])} vs budget {fmt_ms(r['budget_ms'])}"
                 for r in over.iter_rows(named=True)
+            ]
+        )
+    if view == "drift":
+        report = analysis.drift
+        if report is None or not report.findings:
+            return no_drift_text(analysis)
+        critical = sum(f.severity == "critical" for f in report.findings)
+        return f"{count_of(len(report.findings), 'finding')}, {critical} critical" + _names(
+            [
+                f"{f.kind} {' · '.join(p for p in (f.service, f.operation or f.queue) if p)} since "
+                f"{f.since:%Y-%m-%d}"
+                for f in sorted(report.findings, key=lambda f: f.severity != "critical")
             ]
         )
     entries = alert_entries(alerts)

@@ -22,6 +22,7 @@ from slo_rules.engine import (
     last_evaluation,
 )
 from slo_rules.errors import DeliveryError, RuleError
+from slo_rules.kinds.architecture_drift import drift_symptom
 from slo_rules.links import check_trace_url, trace_link
 from slo_rules.notifiers import (
     AlertmanagerConfig,
@@ -62,6 +63,7 @@ __all__ = [
     "check_trace_url",
     "deliver",
     "delivery_status",
+    "drift_symptom",
     "evaluate",
     "last_evaluation",
     "list_alerts",

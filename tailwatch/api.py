@@ -55,6 +55,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from storage import Store, TailwatchError, as_utc, parse_time
+from tailwatch.commands._common import latency_targets
 from tailwatch.config import TailwatchConfig
 from tailwatch.remote import EXPORT_REPORT_HEADER
 from tailwatch.service_schema import recent_job_runs
@@ -352,6 +353,7 @@ def api_routes(api: ServiceApi) -> list[BaseRoute]:
                 conventions=_conventions(api),
                 trace_url=api.config.links.trace_url,
                 run_id=run_id,
+                latency_targets=latency_targets(api.config.rules.files, warn=log.warning),
             )
             buffer = io.BytesIO()
             with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -544,13 +546,24 @@ class RunPages:
 
     def _render(self, run_id: str) -> bool:
         from analytics import load_run
-        from dashboards import PLOTLY_JS, alerts_in_window, write_dashboards, write_plotly_js
+        from dashboards import (
+            PLOTLY_JS,
+            alerts_in_window,
+            with_drift_report,
+            write_dashboards,
+            write_plotly_js,
+        )
 
         analysis = load_run(self.api.store, run_id)
         if analysis is None:
             return False
         # Transitions stamped at the window's end (the evaluation that raised the alert) belong to it.
         alerts, _ = alerts_in_window(self.api.store, analysis.start, analysis.end)
+        # The drift report is not persisted with the run: the one kept for its end's hour.
+        targets = latency_targets(self.api.config.rules.files, warn=log.warning)
+        analysis, _ = with_drift_report(
+            self.api.store, analysis, _conventions(self.api), latency_targets=targets
+        )
         self.root.mkdir(parents=True, exist_ok=True)
         # Served from the plotly package by the route; the copy makes <out_dir> browsable from disk.
         write_plotly_js(self.root.parent)

@@ -47,7 +47,7 @@ from analytics import Conventions
 from collectors import IngestPipeline, IngestRuntime, inspect_traces
 from slo_rules import EvaluationResult, NotifierConfig, RuleSet
 from storage import Lease, Store, TailwatchError, open_store, parse_dsn
-from tailwatch.commands._common import check_traces
+from tailwatch.commands._common import check_traces, latency_targets
 from tailwatch.config import JOB_NAMES, JobName, Schedule, TailwatchConfig
 from tailwatch.metrics import TailMetrics
 from tailwatch.remote import SERVICE_FILE
@@ -558,6 +558,7 @@ def export_and_publish(
             run_id=run_id,
             # One plotly.js beside the pages (served to browsers, and the copy works from disk).
             plotly_js="shared",
+            latency_targets=latency_targets(config.rules.files, warn=log.warning),
         )
         published = []
         for path in report.files:

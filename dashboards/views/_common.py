@@ -38,7 +38,9 @@ __all__ = [
     "window_subtitle",
 ]
 
-View = Literal["hot_path", "cold_path", "abandonment", "retries", "attribution", "boundary", "alerts"]
+View = Literal[
+    "hot_path", "cold_path", "abandonment", "retries", "attribution", "boundary", "drift", "alerts"
+]
 VIEWS: Final[tuple[View, ...]] = (
     "hot_path",
     "cold_path",
@@ -46,6 +48,7 @@ VIEWS: Final[tuple[View, ...]] = (
     "retries",
     "attribution",
     "boundary",
+    "drift",
     "alerts",
 )
 VIEW_TITLES: Final[dict[View, str]] = {
@@ -55,6 +58,7 @@ VIEW_TITLES: Final[dict[View, str]] = {
     "retries": "Retry amplification per hop",
     "attribution": "Regression attribution: LLM vs internal",
     "boundary": "Hot/cold boundary: latency budget, model calls, migration slices",
+    "drift": "Architecture drift: batch jobs become online services",
     "alerts": "Alerts: firing and resolved",
 }
 

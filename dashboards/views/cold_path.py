@@ -143,6 +143,9 @@ def cold_path_figure(analysis: Analysis) -> go.Figure:
         f"STARVED · p99/p50 {r['p99_over_p50']:,.0f}×"
         if r["starved"]
         else f"p99/p50 {r['p99_over_p50']:,.1f}×"
+        if r["p99_over_p50"] is not None
+        # A queue whose jobs in the window are all still pending has no ready time to compare.
+        else "p99/p50 n/a"
         for r in shown.iter_rows(named=True)
     ]
     custom = [

@@ -15,7 +15,7 @@ from slo_rules.kinds._common import Candidate, Context, alert_labels, finish
 from slo_rules.rules import ArchitectureDriftRule
 from storage import format_duration
 
-__all__ = ["DECISION", "candidates"]
+__all__ = ["DECISION", "candidates", "drift_symptom"]
 
 DECISION = (
     "say it is an online service now: set a p99 budget, bound the queue, isolate per request "
@@ -42,7 +42,7 @@ def candidates(rule: ArchitectureDriftRule, ctx: Context) -> list[Candidate]:
         )
 
         def annotate(finding: DriftFinding = finding) -> dict[str, str]:
-            symptom = symptom_of(finding)
+            symptom = drift_symptom(finding)
             extra = {
                 "cause": "none",
                 "symptom": symptom,
@@ -54,7 +54,7 @@ def candidates(rule: ArchitectureDriftRule, ctx: Context) -> list[Candidate]:
             }
             return finish(extra, f"{symptom}; {DECISION}", {}, rule)
 
-        out.append(Candidate(rule, labels, True, annotate, reason=symptom_of(finding)))
+        out.append(Candidate(rule, labels, True, annotate, reason=drift_symptom(finding)))
     if not out:
         ctx.note(rule, f"no sign of drift in the last {format_duration(rule.window)}")
     return out
@@ -64,7 +64,7 @@ def _text(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def symptom_of(finding: DriftFinding) -> str:
+def drift_symptom(finding: DriftFinding) -> str:
     """The finding as the sentence an alert leads with."""
     e, since = finding.evidence, finding.since.date().isoformat()
     if finding.kind == "shared_operation":

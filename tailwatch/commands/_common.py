@@ -17,7 +17,7 @@ The conventions every command follows, in one place:
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
@@ -262,15 +262,22 @@ def refresh_summaries(store: Store, config: TailwatchConfig) -> None:
     )
 
 
-def latency_targets(rule_files: list[Path]) -> list[tuple[str, str]]:
+def latency_targets(
+    rule_files: Sequence[Path], warn: Callable[[str], None] | None = None
+) -> list[tuple[str, str]]:
     """(service glob, operation glob) of every ``latency_slo`` rule of the configured rule files:
-    the hot operations with a latency target, for the drift report's ``no_latency_target``."""
+    the hot operations with a latency target, for the drift report's ``no_latency_target``.
+    ``warn``: where to say the rule files could not be read (default: stderr)."""
     from slo_rules import RuleError, load_rules
 
     try:
-        rules = load_rules(rule_files)
+        rules = load_rules(list(rule_files))
     except RuleError as exc:
         # The analysis does not need the rules: say why every hot operation counts as without target.
-        click.echo(f"tailwatch: drift report: rule files not read, no latency target known ({exc})", err=True)
+        message = f"tailwatch: drift report: rule files not read, no latency target known ({exc})"
+        if warn is None:
+            click.echo(message, err=True)
+        else:
+            warn(message)
         return []
     return [(r.service, r.operation) for r in rules.rules if r.kind == "latency_slo"]

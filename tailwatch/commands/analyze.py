@@ -81,7 +81,7 @@ def analyze(
     and the baseline's (analysis.baseline) come from the configuration; options given here come
     first. While `tailwatch serve` owns the store, the service analyses with its own conventions.
     """
-    from analytics import Conventions, stored_drift_report
+    from analytics import Conventions, DriftReport
     from analytics import analyze as run_analysis
 
     if (baseline_start is None) != (baseline_end is None):
@@ -118,10 +118,11 @@ def analyze(
             use_summaries=not no_summaries,
         )
         if days:
-            drift = stored_drift_report(
-                store, end, conventions, days=days, covered=latency_targets(config.rules.files)
+            analysis = analysis.with_drift(
+                DriftReport.read(
+                    store, end, conventions, days=days, covered=latency_targets(config.rules.files)
+                )
             )
-            analysis = analysis.with_drift(drift, days)
         shown = (analysis.hot_path, analysis.cold_path, analysis.llm_calls, analysis.retry_amplification)
         empty = all(frame.is_empty() for frame in shown)
         held = _held_range(store) if empty else None

@@ -9,6 +9,7 @@ import click
 
 from tailwatch.commands._common import (
     command_config,
+    latency_targets,
     refresh_summaries,
     require_traces,
     resolve_window,
@@ -89,6 +90,7 @@ def export(
                 formats=chosen,
                 conventions=config.analysis.conventions_object(),
                 trace_url=config.links.trace_url,
+                latency_targets=latency_targets(config.rules.files),
             )
     for path in report.files:
         click.echo(str(path))

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import polars as pl
 
-from analytics import FRAME_SCHEMAS, Analysis
+from analytics import FRAME_SCHEMAS, Analysis, DriftFinding, DriftReport
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_FLAG = '<img src=x onerror="window.__xss=1">'
@@ -400,6 +400,7 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         orient="row",
     )
     return Analysis(
+        drift=sample_drift(hostile),
         start=START,
         end=END,
         baseline_start=START - (END - START),
@@ -439,6 +440,82 @@ def priced(analysis: Analysis) -> Analysis:
     """The analysis with an ``extra_cost_per_day`` on its what-if options (:data:`PRICES`)."""
     cost = pl.col("parameter").replace_strict(PRICES, default=None, return_dtype=pl.Float64)
     return replace(analysis, what_if=analysis.what_if.with_columns(cost.alias("extra_cost_per_day")))
+
+
+DRIFT_DAYS = 14
+DRIFT_EDGE_DAYS = 3
+
+
+def sample_drift(hostile: bool = True) -> DriftReport:
+    """A drift report over the 14 days before ``END``: a shared function whose hot-path share goes
+    from 0 to 40% on day 9 (in a critical service, which also has no latency target) and a queue
+    whose backlog grows by 30 jobs a day from day 10."""
+    days = DRIFT_DAYS
+    start = END - timedelta(days=days)
+    day = [start + timedelta(days=d) for d in range(days)]
+    function = HOSTILE if hostile else "summarise_document (summaries.summarise)"
+    queue = HOSTILE_FLAG if hostile else "doc-index"
+    hot = [0] * 9 + [40] * 5
+    cold = [100] * 9 + [60] * 5
+    shared = DriftFinding(
+        "shared_operation",
+        "summary-api",
+        function,
+        "",
+        day[9],
+        {
+            "hot_share_then": 0.0,
+            "hot_share_now": 0.4,
+            "hot_calls_per_day_then": 0.0,
+            "hot_calls_per_day_now": 40.0,
+            "hot_p99_ms_now": 900.0,
+        },
+        "critical",
+        [
+            {
+                "day": day[d],
+                "hot_calls": hot[d],
+                "cold_calls": cold[d],
+                "hot_share": hot[d] / (hot[d] + cold[d]),
+                "hot_p99_ms": 900.0 if hot[d] else None,
+                "cold_p99_ms": 2000.0,
+            }
+            for d in range(days)
+        ],
+    )
+    target = DriftFinding(
+        "no_latency_target",
+        "summary-api",
+        "POST /summaries/now",
+        "",
+        day[9],
+        {"requests": 200, "requests_per_day_now": 40.0, "p99_ms_now": 950.0},
+        "critical",
+        [{"day": day[d], "requests": hot[d], "p99_ms": 950.0 if hot[d] else None} for d in range(days)],
+    )
+    enqueued = [50] * 10 + [80] * 4
+    backlog = [0] * 10 + [30, 60, 90, 120]
+    unbounded = DriftFinding(
+        "queue_unbounded",
+        "",
+        "",
+        queue,
+        day[10],
+        {
+            "enqueued_per_day_then": 50.0,
+            "enqueued_per_day_now": 80.0,
+            "completed_per_day_then": 50.0,
+            "completed_per_day_now": 50.0,
+            "backlog_now": 120.0,
+            "backlog_slope_per_day": 30.0,
+        },
+        "warning",
+        [
+            {"day": day[d], "enqueued": enqueued[d], "completed": 50, "backlog": float(backlog[d])}
+            for d in range(days)
+        ],
+    )
+    return DriftReport((shared, unbounded, target), END, days, DRIFT_EDGE_DAYS)
 
 
 def sample_alerts(hostile: bool = True) -> pl.DataFrame:

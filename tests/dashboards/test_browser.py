@@ -38,6 +38,7 @@ EXPECTED_TEXT = {
     "retries": [HOSTILE_FLAG],
     "attribution": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],
     "boundary": [HOSTILE, HOSTILE_TEMPLATE],
+    "drift": [HOSTILE, HOSTILE_FLAG],
     "alerts": [HOSTILE, HOSTILE_FLAG],
 }
 
@@ -164,7 +165,10 @@ def test_pages_exported_from_a_store_render(store: Store, tmp_path: Path) -> Non
             assert page.dom["xss"] is False and page.dom["imgs"] == 0
             plot = page.dom["plots"][0]
             assert plot["svgs"] >= 1 and plot["marks"] > 0, (view, plot)
-            if view != "alerts":
+            if view == "drift":
+                # An hour of traffic shows no drift over 14 days, and says so.
+                assert "no sign of drift in the 14 days before" in page.dom["svgText"]
+            elif view != "alerts":
                 assert HOSTILE in page.dom["svgText"], view
         assert "no alerts in this window" in page.dom["svgText"]
 
