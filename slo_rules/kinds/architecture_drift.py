@@ -50,6 +50,8 @@ def candidates(rule: ArchitectureDriftRule, ctx: Context) -> list[Candidate]:
                 "drift_kind": finding.kind,
                 "drift_severity": finding.severity,
                 "since": finding.since.date().isoformat(),
+                # The report reads no analysis window: the latest views' Drift page.
+                "dashboard": ctx.dashboard("drift"),
                 **{f"evidence_{k}": _text(v) for k, v in finding.evidence.items()},
             }
             return finish(extra, f"{symptom}; {DECISION}", {}, rule)

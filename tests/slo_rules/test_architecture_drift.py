@@ -97,3 +97,12 @@ def test_kinds_and_queue_select_the_findings(store: Store) -> None:
 def test_invalid_drift_rules_are_refused(extra: str, message: str) -> None:
     with pytest.raises(RuleError, match=message):
         rules_from_text(DRIFT_ONLY + extra)
+
+
+def test_each_drift_alert_links_to_the_drift_view(store: Store) -> None:
+    scenario = scenario_drift()
+    insert_spans(store, scenario.spans)
+    result = evaluate(store, load_rules(), scenario.end, dashboard_url="http://dash.example/dashboards")
+    drift = [a for a in result.fired if a.labels["alertname"] == "architecture-drift"]
+    assert drift
+    assert {a.annotations.get("dashboard") for a in drift} == {"http://dash.example/dashboards/drift.html"}
