@@ -29,11 +29,18 @@ util-genai 1.1b0, OpenLLMetry 0.62.4, openinference-instrumentation-openai 0.1.6
   ``message_delta``'s count).
 * **OpenInference**, OpenAI: one ``First Token Stream Event`` on streamed calls; the stream flag only
   inside the JSON of ``llm.invocation_parameters``; ``llm.token_count.prompt_details.cache_read``.
+
+tailwatch's ``llm_anatomy`` (``analyze(...).to_dict()``, current phase against baseline) must equal
+that truth row by row — percentiles within 1% (its sketches are within 0.5%) — but for the
+discrepancies recorded in :data:`KNOWN_DISCREPANCIES`; where no call of a model carries a TTFT its
+source is ``estimated`` or null, never ``attribute``, and the estimate for the never-streamed model
+lies near the mock's configured delays.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -41,6 +48,7 @@ from typing import Any
 
 import pytest
 
+from analytics import analyze
 from tests.integrations.apps import model_calls
 from tests.integrations.apps.model_calls import ANTHROPIC_MODEL, OPENAI_BATCH_MODEL, OPENAI_MODEL, SCRIPTS
 from tests.integrations.ingest import FlavourRun, ingested_run
@@ -205,6 +213,8 @@ def test_each_call_has_one_llm_span_under_its_request(calls_run: FlavourRun, cal
 
 
 def test_what_each_instrumentation_writes(calls_run: FlavourRun, calls_truth: Truth) -> None:
+    """Per provider and way of calling, every LLM span of the flavour carries the same stream marker,
+    TTFT source and cached-token attribute: those of :data:`SPAN_FACTS`."""
     flavour = calls_run.flavour
     seen: dict[tuple[str, str, str], set[SpanFact]] = defaultdict(set)
     for span, root in _llm_spans(calls_truth):
@@ -271,3 +281,138 @@ def test_mock_streams_with_the_configured_first_token(calls_run: FlavourRun, cal
 
 def _prefixed(row: Mapping[str, Any], prefix: str) -> dict[str, Any]:
     return {prefix + k: v for k, v in row.items()}
+
+
+# --- tailwatch's llm_anatomy against the spans ------------------------------------------------------
+ANATOMY_FIELDS = (
+    "calls",
+    "streamed_calls",
+    "ttft_p50_ms",
+    "ttft_p99_ms",
+    "ttft_source",
+    "ms_per_output_token_p50",
+    "input_tokens_p50",
+    "output_tokens_p50",
+    "cached_input_ratio",
+)
+# From tailwatch's log-bucket sketches: within 0.5% of the exact sample quantile; 1% allowed.
+PERCENTILE_FIELDS = frozenset(
+    {"ttft_p50_ms", "ttft_p99_ms", "ms_per_output_token_p50", "input_tokens_p50", "output_tokens_p50"}
+)
+# A row whose calls carry no TTFT: tailwatch may estimate these from duration against output tokens.
+ESTIMABLE_FIELDS = frozenset({"ttft_p50_ms", "ttft_p99_ms", "ms_per_output_token_p50"})
+
+
+@pytest.fixture(scope="module")
+def anatomy(calls_run: FlavourRun) -> dict[tuple[str, str], dict[str, Any]]:
+    """``llm_anatomy`` of ``analyze(...).to_dict()`` over the current phase against the baseline."""
+    (start, end), (baseline_start, baseline_end) = calls_run.current, calls_run.baseline
+    result = analyze(calls_run.store, start, end, baseline_start, baseline_end).to_dict()
+    return {(row["provider"], row["model"]): row for row in result["llm_anatomy"]}
+
+
+def _expected_anatomy(truth: Truth, run: FlavourRun) -> dict[tuple[str, str], dict[str, Any]]:
+    current, baseline = truth.llm_anatomy(run.current_ns), truth.llm_anatomy(run.baseline_ns)
+    empty = dict.fromkeys(ANATOMY_FIELDS) | {"calls": 0, "streamed_calls": 0}
+    return {
+        key: {**current.get(key, empty), **_prefixed(baseline.get(key, empty), "baseline_")}
+        for key in current.keys() | baseline.keys()
+    }
+
+
+def _differs(field: str, got: Any, want: Any) -> bool:
+    if got is None or want is None or isinstance(got, str) or isinstance(want, str):
+        return bool(got != want)
+    if field.removeprefix("baseline_") in PERCENTILE_FIELDS:
+        return not math.isclose(got, want, rel_tol=0.01)
+    if isinstance(want, float):
+        return not math.isclose(got, want, rel_tol=1e-9, abs_tol=1e-12)
+    return bool(got != want)
+
+
+# Where tailwatch's llm_anatomy disagrees with the truth read off the spans (both windows, every model
+# of the provider): (flavour, provider, field) → (tailwatch, spans). Kept exact, so that the test
+# fails when either side changes; each is reported to be settled in analytics, not here.
+KNOWN_DISCREPANCIES: dict[tuple[str, str, str], tuple[Any, Any]] = {
+    # openai-v2's chat spans carry no cached-token count at all (the mock reported 25–50% cached):
+    # the spans say nothing of the cache, tailwatch says 0% of the input was cached.
+    ("openai_v2", "openai", "cached_input_ratio"): (0.0, None),
+    # OpenLLMetry's Anthropic spans mark messages.create(stream=True) calls with
+    # gen_ai.is_streaming=true (opentelemetry-semantic-conventions-ai SpanAttributes.GEN_AI_IS_STREAMING;
+    # llm.is_streaming is its pre-0.5 name), which is not among Conventions.streaming_attributes; with
+    # no first-token time on those spans either, none of them counts as streamed.
+    ("traceloop", "anthropic", "streamed_calls"): (0, REQUESTS // 2),
+}
+
+
+def _problems(
+    anatomy: Mapping[tuple[str, str], Mapping[str, Any]],
+    expected: Mapping[tuple[str, str], Mapping[str, Any]],
+) -> list[tuple[tuple[str, str], str, Any, Any]]:
+    """(row, field, tailwatch, spans) of every field that differs; on a row where no call carries a
+    TTFT, tailwatch's source must be ``estimated`` (its figures a fit: see the next test) or null —
+    never ``attribute`` — and with null, its TTFT figures null too. No prices: no cost."""
+    out: list[tuple[tuple[str, str], str, Any, Any]] = []
+    for key, want in sorted(expected.items()):
+        got = anatomy[key]
+        for prefix in ("", "baseline_"):
+            source = got.get(prefix + "ttft_source")
+            estimated = want[prefix + "ttft_source"] is None
+            if estimated and source not in ("estimated", None):
+                out.append((key, prefix + "ttft_source", source, "estimated or None"))
+            for field in ANATOMY_FIELDS:
+                name = prefix + field
+                if estimated and field in ESTIMABLE_FIELDS | {"ttft_source"}:
+                    if source is None and got.get(name) is not None:
+                        out.append((key, name, got[name], None))
+                elif _differs(name, got.get(name, "absent"), want[name]):
+                    out.append((key, name, got.get(name, "absent"), want[name]))
+            if got.get(prefix + "cost_per_1k_calls", "absent") is not None:
+                out.append(
+                    (key, prefix + "cost_per_1k_calls", got.get(prefix + "cost_per_1k_calls", "absent"), None)
+                )
+    return out
+
+
+def test_llm_anatomy_matches_the_spans(
+    anatomy: dict[tuple[str, str], dict[str, Any]], calls_truth: Truth, calls_run: FlavourRun
+) -> None:
+    """Every row's fields, current and baseline, equal the truth computed from the spans (but for
+    :data:`KNOWN_DISCREPANCIES`, which must occur as recorded)."""
+    expected = _expected_anatomy(calls_truth, calls_run)
+    assert set(anatomy) == set(expected), (sorted(anatomy), sorted(expected))
+    known = {k[1:]: v for k, v in KNOWN_DISCREPANCIES.items() if k[0] == calls_run.flavour}
+    unexpected, seen = [], set()
+    for key, name, got, want in _problems(anatomy, expected):
+        field = name.removeprefix("baseline_")
+        if known.get((key[0], field)) == (got, want):
+            seen.add((key[0], field))
+        else:
+            unexpected.append(f"  {key} {name}: tailwatch {got!r}, spans {want!r}")
+    missing = [f"  {k}: recorded as {v}, not seen" for k, v in known.items() if k not in seen]
+    assert not unexpected and not missing, f"{calls_run.flavour}:\n" + "\n".join(unexpected + missing)
+
+
+def test_estimates_without_a_first_token_find_the_mocks_delays(
+    anatomy: dict[tuple[str, str], dict[str, Any]], calls_run: FlavourRun
+) -> None:
+    """OPENAI_BATCH_MODEL's calls record no first token in any flavour (never streamed): tailwatch
+    fits duration against output tokens. Its fixed part and time per output token come out near the
+    mock's first-token delay and per-token delay (a loopback call adds a millisecond or two; a fit on
+    36 calls, within 25%), inside the estimate's own interval."""
+    row = anatomy[("openai", OPENAI_BATCH_MODEL)]
+    for prefix, phase in (("", "current"), ("baseline_", "baseline")):
+        script = SCRIPTS[phase][OPENAI_BATCH_MODEL]
+        assert row[prefix + "ttft_source"] == "estimated"
+        for figure, low, high, configured_s in (
+            ("ttft_p50_ms", "ttft_estimate_low_ms", "ttft_estimate_high_ms", script.first_token_s),
+            (
+                "ms_per_output_token_p50",
+                "per_token_estimate_low_ms",
+                "per_token_estimate_high_ms",
+                script.token_s,
+            ),
+        ):
+            estimate = row[prefix + figure]
+            assert row[prefix + low] <= estimate <= row[prefix + high], (prefix + figure, row)
+            assert estimate == pytest.approx(configured_s * 1000, rel=0.25), (prefix + figure, row)

@@ -26,7 +26,9 @@ slow down and whose cache hits drop) and per request index ``i``:
 
 * ``OPENAI_MODEL``: one call not streamed and one streamed (``stream=True`` with
   ``stream_options.include_usage``, the chunks read to the end);
-* ``OPENAI_BATCH_MODEL``: one call, never streamed (no call of this model has a time to first token);
+* ``OPENAI_BATCH_MODEL``: three calls (other prompts), never streamed (no call of this model has a
+  time to first token; its first-token delay varies little, so that a fit of duration against output
+  tokens finds the mock's first-token and per-token delays);
 * ``ANTHROPIC_MODEL`` (not in ``openinference``): one call not streamed and one streamed —
   ``messages.create(stream=True)`` for even ``i``, the ``messages.stream()`` helper for odd ``i``.
 
@@ -65,6 +67,7 @@ from tests.integrations.providers import (
 
 __all__ = [
     "ANTHROPIC_MODEL",
+    "BATCH_CALLS_PER_REQUEST",
     "FLAVOURS",
     "OPENAI_BATCH_MODEL",
     "OPENAI_MODEL",
@@ -77,14 +80,19 @@ OPENAI_MODEL = "gpt-4o-mini"
 OPENAI_BATCH_MODEL = "gpt-4.1-nano"
 ANTHROPIC_MODEL = "claude-haiku-4-5"
 SERVICE = "answers"
+# Three non-streamed calls of OPENAI_BATCH_MODEL per request index (other prompts): enough calls in
+# a window (30) for tailwatch to estimate their time to first token from duration against tokens.
+BATCH_CALLS_PER_REQUEST = 3
 
 
-def _script(first_token_s: float, token_s: float, cached: float, response_model: str | None) -> ModelScript:
+def _script(
+    first_token_s: float, token_s: float, cached: float, response_model: str | None, sigma: float = 0.5
+) -> ModelScript:
     # latency_s 0: the time to first token is the mock's first_token_s draw (and the loopback's).
     return ModelScript(
         latency_s=0.0,
         first_token_s=first_token_s,
-        first_token_sigma=0.5,
+        first_token_sigma=sigma,
         token_s=token_s,
         cached_input_share=cached,
         response_model=response_model,
@@ -95,12 +103,12 @@ def _script(first_token_s: float, token_s: float, cached: float, response_model:
 SCRIPTS: dict[str, dict[str, ModelScript]] = {
     "baseline": {
         OPENAI_MODEL: _script(0.03, 0.002, 0.5, "gpt-4o-mini-2024-07-18"),
-        OPENAI_BATCH_MODEL: _script(0.04, 0.003, 0.0, None),
+        OPENAI_BATCH_MODEL: _script(0.04, 0.003, 0.0, None, sigma=0.1),
         ANTHROPIC_MODEL: _script(0.035, 0.002, 0.6, "claude-haiku-4-5-20251001"),
     },
     "current": {
         OPENAI_MODEL: _script(0.08, 0.005, 0.25, "gpt-4o-mini-2024-07-18"),
-        OPENAI_BATCH_MODEL: _script(0.04, 0.003, 0.0, None),
+        OPENAI_BATCH_MODEL: _script(0.04, 0.003, 0.0, None, sigma=0.1),
         ANTHROPIC_MODEL: _script(0.06, 0.004, 0.3, "claude-haiku-4-5-20251001"),
     },
 }
@@ -160,7 +168,8 @@ Call = tuple[str, bool, int]  # model, streamed, request index
 def _calls(flavour: CallFlavour, requests: int) -> list[Call]:
     out: list[Call] = []
     for i in range(requests):
-        out += [(OPENAI_MODEL, False, i), (OPENAI_MODEL, True, i), (OPENAI_BATCH_MODEL, False, i)]
+        out += [(OPENAI_MODEL, False, i), (OPENAI_MODEL, True, i)]
+        out += [(OPENAI_BATCH_MODEL, False, i + 100 * k) for k in range(BATCH_CALLS_PER_REQUEST)]
         if flavour.anthropic:
             out += [(ANTHROPIC_MODEL, False, i), (ANTHROPIC_MODEL, True, i)]
     return out
