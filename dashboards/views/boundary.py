@@ -246,7 +246,7 @@ def _abandonment(fig: go.Figure, row: int, b: dict[str, Any], buckets: pl.DataFr
         # of the tick labels and the budget's label at the top.
         xref, yref = axis_refs(fig, row, 2)
         fig.add_annotation(
-            text=f"without sync model calls:<br>~{saved:,.0f} fewer abandoned requests/day",
+            text=f"without sync model calls:<br>~{round(saved):,} fewer abandoned requests/day",
             xref=f"{xref} domain",
             yref=f"{yref} domain",
             x=0.99,
@@ -325,6 +325,8 @@ def _options(fig: go.Figure, row: int, b: dict[str, Any], options: pl.DataFrame)
             name="what-if options",
             mode="markers",
             marker={"color": style.OBSERVED, "size": 9},
+            # Whole at the panel's edge: moving the calls off often lands near a p99 of 0.
+            cliponaxis=False,
             text=texts,
             customdata=customdata,
             hovertemplate="%{text}<br>p99 %{customdata[0]} → %{y:,.0f} ms"
@@ -349,24 +351,31 @@ def _options(fig: go.Figure, row: int, b: dict[str, Any], options: pl.DataFrame)
                     "color": style.CHEAPEST,
                     "line": {"width": 2.5},
                 },
+                cliponaxis=False,
                 hoverinfo="skip",
             ),
             row=row,
             col=3,
         )
-    # Every row of the operation is measured against the p99 of the same requests before.
+    # Every row of the operation is measured against the p99 of the same requests before: those of
+    # the window's last what_if_horizon, not the whole window's p99 of the bars beside it.
     before = drawn.select(pl.col("p99_ms") - pl.col("p99_delta_ms"))["p99_ms"].drop_nulls()
+    now = (
+        f"p99 now {fmt_ms(before[0])}, last {count_of(drawn['requests'][0], 'request')}"
+        if len(before)
+        else ""
+    )
     lines = [
         (v, label, colour, dash)
         for v, label, colour, dash in (
-            (before[0] if len(before) else None, "p99 now", style.OBSERVED, "dash"),
-            (b["budget_ms"], "budget", style.CLIFF, "dot"),
+            (before[0] if len(before) else None, now, style.OBSERVED, "dash"),
+            (b["budget_ms"], f"budget {fmt_ms(b['budget_ms'])}", style.CLIFF, "dot"),
         )
         if v is not None
     ]
     # The higher line's label above it, the lower one's below: two close lines keep theirs apart.
     for i, (v, label, colour, dash) in enumerate(sorted(lines, key=lambda line: -line[0])):
-        add_hline(fig, row, 3, v, f"{label} {fmt_ms(v)}", colour, dash=dash, label_above=i == 0)
+        add_hline(fig, row, 3, v, label, colour, dash=dash, label_above=i == 0)
     # Ranges with room around the points: the x axis's 0 clears the y axis's tick labels, and a
     # label above the top line stays inside the panel.
     xs = [*x, 0.0]
@@ -381,7 +390,10 @@ def _options(fig: go.Figure, row: int, b: dict[str, Any], options: pl.DataFrame)
     )
     ys = [*y, *(v for v, *_ in lines)]
     pad = 0.15 * ((max(ys) - min(ys)) or max(ys) or 1.0)
-    fig.update_yaxes(title_text="p99 (ms)", range=[max(0.0, min(ys) - pad), max(ys) + pad], row=row, col=3)
+    top = max(ys) + pad
+    # Down to 0 (a little below, where no tick falls) when the points come near it.
+    low = min(ys) - pad if min(ys) - pad > 0 else -0.04 * top
+    fig.update_yaxes(title_text="p99 (ms)", range=[low, top], row=row, col=3)
 
 
 def _option_hover(options: pl.DataFrame, priced: bool) -> tuple[list[str], list[list[str]]]:

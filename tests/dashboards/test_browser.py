@@ -127,7 +127,8 @@ def test_boundary_titles_never_overlap_at_common_widths(tmp_path: Path, prices: 
             [axis_title] = [t for t in texts if t.startswith(axis)]
             # With prices, the option whose model has none is named under the axis, not drawn.
             assert ("not drawn: cost unknown" in axis_title) is prices
-            assert "budget 2,000 ms" in texts and "p99 now 2,100 ms" in texts
+            requests = analysis.what_if["requests"][0]
+            assert "budget 2,000 ms" in texts and f"p99 now 2,100 ms, last {requests:,} requests" in texts
             assert shot.stat().st_size > 10_000
 
 
