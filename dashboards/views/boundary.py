@@ -37,6 +37,7 @@ from dashboards.views._common import (
 )
 
 __all__ = [
+    "CHEAPEST_TEXT",
     "COLUMN_TITLES",
     "OPTION_TEXT",
     "PRICE_AXES",
@@ -53,11 +54,13 @@ RECOMMENDATION_TEXT = {
     "optimise_internal": "optimise the operation's own code (over budget even without model calls)",
 }
 
+# The option each what-if panel circles, and the first line of its hover.
+CHEAPEST_TEXT: Final = "cheapest under budget"
 # Above each operation's three panels, under its headline.
 COLUMN_TITLES: Final = (
     "p99 against the budget",
     "abandoned, by latency bucket",
-    "what-if options (◇ cheapest under budget)",
+    f"what-if options (◇ {CHEAPEST_TEXT})",
 )
 
 # What each what-if option does (analytics.what_if), for its hover.
@@ -318,6 +321,9 @@ def _options(fig: go.Figure, row: int, b: dict[str, Any], options: pl.DataFrame)
     x = drawn[axis.column].to_list()
     y = drawn["p99_ms"].to_list()
     texts, customdata = _option_hover(drawn, priced)
+    marked = cheapest_under_budget(drawn, axis.column, b["budget_ms"], b.get("cheapest_option"))
+    if marked is not None:
+        texts[marked] = f"<b>{CHEAPEST_TEXT}</b><br>{texts[marked]}"
     fig.add_trace(
         go.Scatter(
             x=x,
@@ -337,13 +343,12 @@ def _options(fig: go.Figure, row: int, b: dict[str, Any], options: pl.DataFrame)
         row=row,
         col=3,
     )
-    marked = cheapest_under_budget(drawn, axis.column, b["budget_ms"], b.get("cheapest_option"))
     if marked is not None:
         fig.add_trace(
             go.Scatter(
                 x=[x[marked]],
                 y=[y[marked]],
-                name="cheapest under budget",
+                name=CHEAPEST_TEXT,
                 mode="markers",
                 marker={
                     "symbol": "diamond-open",

@@ -299,6 +299,9 @@ def test_boundary_options_without_prices_on_extra_tokens(
     expected = _expected_mark(options, "extra_tokens_ratio", b["budget_ms"], b["cheapest_option"])
     assert mark is not None and (mark.x[0], mark.y[0]) == (expected["extra_tokens_ratio"], expected["p99_ms"])
     assert f"{expected['option']} {expected['parameter']}" == b["cheapest_option"]
+    # Its hover says so, and only its.
+    said = [i for i, t in enumerate(points.text) if t.startswith("<b>cheapest under budget</b>")]
+    assert said == [options["p99_ms"].to_list().index(expected["p99_ms"])]
     # Hover: what the option is (escaped), p99 before → after, abandoned saved, tokens, no price.
     for text, data, r in zip(points.text, points.customdata, options.iter_rows(named=True), strict=True):
         assert esc(r["parameter"]) in text and esc(r["assumption"]) in text
