@@ -7,6 +7,7 @@ Public surface::
     analysis = analyze(store, start, end)          # baseline: the window of equal length before start
     analysis.hot_path, analysis.attribution, ...   # Polars frames
     analysis.boundary, analysis.slices             # the hot/cold boundary, slices of a migration
+    analysis.llm_anatomy                           # each model's call taken apart, and its cost
     analysis.to_dict()                             # the `tailwatch analyze --format json` object
     drift_report(store, end)                       # architecture drift findings, 14 days by day
     analysis.with_drift(DriftReport.read(store, end))  # the report kept per hour, for JSON and views
@@ -17,14 +18,16 @@ Public surface::
 from analytics._common import AnalysisError
 from analytics.analysis import FRAME_SCHEMAS, Analysis, analyze
 from analytics.boundary import Recommendation
-from analytics.conventions import Conventions, ConventionsError, SpanClass, Verdict
+from analytics.conventions import Conventions, ConventionsError, Price, SpanClass, Verdict
 from analytics.drift import DriftFinding, DriftKind, DriftReport, drift_report, stored_drift_report
+from analytics.llm_anatomy import LLM_CAUSES, LlmCause
 from analytics.persist import latest_analysis, load_analysis, load_run, persist_analysis, runs
 from analytics.report import render_table
 from analytics.summaries import SummaryBuild, build_summaries, latency_good_total, summary_coverage
 
 __all__ = [
     "FRAME_SCHEMAS",
+    "LLM_CAUSES",
     "Analysis",
     "AnalysisError",
     "Conventions",
@@ -32,6 +35,8 @@ __all__ = [
     "DriftFinding",
     "DriftKind",
     "DriftReport",
+    "LlmCause",
+    "Price",
     "Recommendation",
     "SpanClass",
     "SummaryBuild",

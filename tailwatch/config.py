@@ -410,12 +410,24 @@ class ScheduleConfig(_Section):
         return value
 
 
+class PriceConfig(_Section):
+    """One model's prices, USD per million tokens (``[[analysis.prices]]``)."""
+
+    provider: str = Field(min_length=1)  # "*" matches any provider
+    model: str = Field(min_length=1)
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)  # default: the input price
+
+
 class AnalysisConfig(_Section):
     window: Duration = 3600.0
     # Baseline = the window of this length just before the analysed one (default: same length).
     baseline: Duration | None = None
     # Span conventions passed to analytics.Conventions (e.g. min_release_requests = 50).
     conventions: dict[str, Any] = Field(default_factory=dict)
+    # The price table: none shipped (prices are the team's); a model without one has no cost.
+    prices: list[PriceConfig] = Field(default_factory=list)
 
     @field_validator("conventions")
     @classmethod
@@ -430,12 +442,16 @@ class AnalysisConfig(_Section):
         return value
 
     def conventions_object(self) -> Conventions | None:
-        """``analytics.Conventions`` with these overrides, or ``None`` for the defaults."""
-        if not self.conventions:
+        """``analytics.Conventions`` with these overrides and the price table, or ``None`` for the
+        defaults."""
+        if not self.conventions and not self.prices:
             return None
         from analytics import Conventions
 
-        return Conventions.from_dict(self.conventions)
+        overrides = dict(self.conventions)
+        if self.prices:
+            overrides["llm_prices"] = [p.model_dump() for p in self.prices]
+        return Conventions.from_dict(overrides)
 
 
 class DashboardsConfig(_Section):
@@ -741,6 +757,13 @@ def _resolve_rule_file(raw: object, base: Path | None) -> object:
     return str(candidates[0])
 
 
+def _header_lines(path: Path, table: str) -> list[int]:
+    """The line numbers of the ``[[table]]`` headers of a TOML file, in order."""
+    pattern = re.compile(r"^\s*\[\[\s*" + re.escape(table).replace(r"\.", r"\s*\.\s*") + r"\s*\]\]")
+    text = path.read_text(encoding="utf-8")
+    return [n for n, line in enumerate(text.splitlines(), start=1) if pattern.match(line)]
+
+
 def _read_file(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
@@ -805,6 +828,9 @@ def load_config(
         tree = _read_file(file)
         for key in _leaf_keys(tree):
             sources[key] = f"file {file}"
+        # A price entry's problem names its line: a price table is long and its entries alike.
+        for i, line in enumerate(_header_lines(file, "analysis.prices")):
+            sources[("analysis", "prices", i)] = f"file {file}, line {line}"
         for top in ("notify",):
             section = tree.get(top)
             if isinstance(section, dict):
@@ -963,6 +989,9 @@ def render_config(config: TailwatchConfig) -> str:
         lines.append(f"baseline = {q(format_duration(config.analysis.baseline))}")
     if config.analysis.conventions:
         lines.append("conventions = " + _inline_table(config.analysis.conventions))
+    for price in config.analysis.prices:
+        lines += ["", "[[analysis.prices]]"]
+        lines += [f"{k} = {q(v)}" for k, v in price.model_dump().items() if v is not None]
     d = config.dashboards
     lines += [
         "",
@@ -1065,6 +1094,14 @@ lease_ttl = "30s"              # scheduler lease: a second scheduling instance s
 window = "1h"                  # analysed window, ending at each run
 # baseline = "1h"              # baseline window just before it (default: the same length)
 # conventions = {{ min_release_requests = 50 }}   # analytics span conventions
+
+# Model prices, USD per million tokens (none are shipped; a model without one has no cost):
+# [[analysis.prices]]
+# provider = "openai"          # "*" matches any provider
+# model = "gpt-4o"
+# input = 2.5
+# cached_input = 1.25          # default: the input price
+# output = 10.0
 
 [dashboards]
 out_dir = "dashboards"         # served under /dashboards/ on the OTLP/HTTP port

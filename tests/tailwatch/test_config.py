@@ -306,6 +306,39 @@ def test_analysis_conventions_are_checked_against_the_analytics(tmp_path: Path) 
         load_config(bad, env={})
 
 
+def test_the_price_table_reaches_the_analytics_and_its_mistakes_name_the_line(tmp_path: Path) -> None:
+    from analytics import Conventions, Price
+
+    text = (
+        '[analysis]\nwindow = "1h"\n\n'
+        '[[analysis.prices]]\nprovider = "openai"\nmodel = "gpt-4o"\n'
+        "input = 2.5\ncached_input = 1.25\noutput = 10\n\n"
+        '[[analysis.prices]]\nprovider = "*"\nmodel = "claude-sonnet-4"\ninput = 3\noutput = 15\n'
+    )
+    config = load_config(_write(tmp_path, text), env={})
+    assert config.analysis.conventions_object() == Conventions(
+        llm_prices=(
+            Price("openai", "gpt-4o", input=2.5, output=10.0, cached_input=1.25),
+            Price("*", "claude-sonnet-4", input=3.0, output=15.0),
+        )
+    )
+    shown = tomllib.loads(render_config(config))
+    assert shown["analysis"]["prices"][1] == {
+        "provider": "*",
+        "model": "claude-sonnet-4",
+        "input": 3.0,
+        "output": 15.0,
+    }
+    bad = _write(tmp_path, text.replace("output = 15", 'output = "fifteen"'), "bad.toml")
+    lines = text.splitlines()
+    second = [n for n, line in enumerate(lines, start=1) if line == "[[analysis.prices]]"][1]
+    with pytest.raises(ConfigError, match=rf"analysis.prices\[1\].output: .* line {second}\)"):
+        load_config(bad, env={})
+    negative = _write(tmp_path, text.replace("input = 2.5", "input = -1"), "neg.toml")
+    with pytest.raises(ConfigError, match=r"analysis.prices\[0\].input: .*greater than or equal to 0"):
+        load_config(negative, env={})
+
+
 def test_schedules_become_apscheduler_triggers() -> None:
     from datetime import UTC, datetime
 
