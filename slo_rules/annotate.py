@@ -161,6 +161,17 @@ def attribution_annotations(analysis: Analysis, service: str, operation: str) ->
         ),
         "exemplar_trace_ids": ",".join(str(t) for t in (row.get("exemplar_trace_ids") or [])[:5]),
     }
+    cause = row.get("llm_cause")
+    if verdict == "llm" and cause:
+        # Which part of the model call moved, and whether it was the provider or our change.
+        out["llm_cause"] = str(cause)
+        out["llm_cause_owner"] = "ours" if row.get("llm_cause_ours") else "provider"
+        out["llm_cause_text"] = str(row.get("llm_cause_text") or "")
+        out["llm_breakdown_ms"] = json.dumps(
+            {p: row.get(f"llm_{p}_ms") for p in ("first_token", "generation", "backoff", "more_calls")}
+        )
+        out["summary_tail"] += f"; {out['llm_cause_text']}"
+        out["summary_cause"] += f"; {out['llm_cause_text']}"
     signals = _llm_signal_annotations(analysis, service, operation, llm_models)
     out.update(signals)
     if verdict in ("llm", "mixed") and signals.get("signals_changed"):

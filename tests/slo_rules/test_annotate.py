@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import polars as pl
@@ -108,3 +109,32 @@ def test_durations_for_people() -> None:
         "12.5 min",
         "n/a",
     ]
+
+
+def test_an_llm_alert_says_which_part_of_the_call_moved_and_whose_change_it_was() -> None:
+    from analytics.llm_anatomy import anatomy_buckets, anatomy_totals, llm_anatomy, with_llm_causes
+    from tests.analytics.test_llm_anatomy import calls
+
+    # The release tripled the prompt: first tokens slower at three times the prompt length.
+    rows = pl.concat(
+        [calls(1500, window="baseline", seed=1), calls(1500, seed=2, ttft_ms=1600.0, input_tokens=3000.0)]
+    )
+    anatomy = llm_anatomy(anatomy_totals(rows), anatomy_buckets(rows, ["window", "provider", "model"]))
+    analysis = _analysis("llm", QUIET)
+    analysis.attribution = with_llm_causes(
+        analysis.attribution.with_columns(
+            pl.lit(1500).alias("baseline_requests"), pl.lit(1500).alias("current_requests")
+        ),
+        analysis.attribution_spans,
+        anatomy,
+    )
+    notes = attribution_annotations(analysis, "chat-api", "POST /chat")
+    assert notes["llm_cause"] == "longer_prompts" and notes["llm_cause_owner"] == "ours"
+    assert "our change" in notes["summary_tail"] and "prompts" in notes["summary_tail"]
+    assert (
+        notes["summary_tail"].endswith(notes["llm_cause_text"])
+        or notes["llm_cause_text"] in notes["summary_tail"]
+    )
+    parts = json.loads(notes["llm_breakdown_ms"])
+    assert set(parts) == {"first_token", "generation", "backoff", "more_calls"}
+    assert parts["first_token"] > 0.8 * 1914.0
