@@ -54,6 +54,8 @@ __all__ = [
     "BurnRateTier",
     "ColdPathStarvationRule",
     "LatencySloRule",
+    "LlmCacheDropRule",
+    "LlmCostRegressionRule",
     "P99RegressionRule",
     "ReleaseCouplingRule",
     "RetryAmplificationRule",
@@ -81,6 +83,8 @@ RuleKind = Literal[
     "retry_amplification",
     "slice_regression",
     "architecture_drift",
+    "llm_cost_regression",
+    "llm_cache_drop",
 ]
 RULE_KINDS: tuple[str, ...] = RuleKind.__args__  # type: ignore[attr-defined]
 
@@ -371,6 +375,39 @@ class ArchitectureDriftRule(_RuleBase, _HotSelector):
         return self.selects(service, operation)
 
 
+class _ModelSelector(_Model):
+    provider: Glob = "*"
+    model: Glob = "*"
+
+    def selects_model(self, provider: str, model: str) -> bool:
+        return fnmatch.fnmatchcase(provider, self.provider) and fnmatch.fnmatchcase(model, self.model)
+
+
+class LlmCostRegressionRule(_RuleBase, _ModelSelector):
+    """A model's cost up by more than ``max_increase`` (a share: 0.25 = +25%) against the window of
+    equal length before: per day (``per: day``, what the calls of the window cost over its length)
+    or per call (``per: call``, what a call costs: longer prompts, longer answers, a lost cache).
+    Needs the model's price (``[[analysis.prices]]``): a model without one raises nothing."""
+
+    kind: Literal["llm_cost_regression"]
+    window: Duration = timedelta(days=1)
+    per: Literal["day", "call"] = "day"
+    max_increase: float = Field(default=0.25, gt=0)
+    min_calls: int = Field(default=100, ge=1)
+
+
+class LlmCacheDropRule(_RuleBase, _ModelSelector):
+    """A model's prompt-cache hits dropped: the share of input tokens read from the cache fell by
+    more than ``max_drop`` (absolute: 0.2 = 20 points) against the window of equal length before,
+    where it was at least ``min_baseline_ratio`` (a model that never hit the cache raises nothing)."""
+
+    kind: Literal["llm_cache_drop"]
+    window: Duration = timedelta(hours=1)
+    max_drop: float = Field(default=0.2, gt=0, le=1)
+    min_baseline_ratio: float = Field(default=0.1, ge=0, le=1)
+    min_calls: int = Field(default=100, ge=1)
+
+
 AnyRule: TypeAlias = (
     LatencySloRule
     | P99RegressionRule
@@ -380,6 +417,8 @@ AnyRule: TypeAlias = (
     | RetryAmplificationRule
     | SliceRegressionRule
     | ArchitectureDriftRule
+    | LlmCostRegressionRule
+    | LlmCacheDropRule
 )
 # The schema of one list entry: ``kind`` selects the model.
 Rule: TypeAlias = Annotated[AnyRule, Field(discriminator="kind")]

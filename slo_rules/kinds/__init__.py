@@ -14,6 +14,7 @@ from slo_rules.kinds import (
     architecture_drift,
     cold_path_starvation,
     latency_slo,
+    llm_cost,
     p99_regression,
     release_coupling,
     retry_amplification,
@@ -37,6 +38,8 @@ EVALUATORS: Mapping[RuleKind, Evaluator] = {
     "retry_amplification": retry_amplification.candidates,
     "slice_regression": slice_regression.candidates,
     "architecture_drift": architecture_drift.candidates,
+    "llm_cost_regression": llm_cost.cost_candidates,
+    "llm_cache_drop": llm_cost.cache_candidates,
 }
 
 

@@ -59,6 +59,8 @@ def test_default_pack_ships_and_loads() -> None:
         "abandonment",
         "retry_amplification",
         "architecture_drift",
+        "llm_cost_regression",
+        "llm_cache_drop",
     }
     # Not shipped: which variant is the control needs the team's naming (slice_control_variants).
     assert "slice_regression" not in {r.kind for r in rules.rules}
@@ -102,7 +104,7 @@ def test_every_problem_has_its_line(tmp_path: Path) -> None:
             9,
             "rules[1].kind: unknown rule kind 'p99_rgression'; allowed kinds: latency_slo, p99_regression, "
             "release_coupling, cold_path_starvation, abandonment, retry_amplification, slice_regression, "
-            "architecture_drift",
+            "architecture_drift, llm_cost_regression, llm_cache_drop",
         ),
         (10, "rules[2]: set max_rate, p99_beyond_cliff: true, or both"),
         (10, "rule name 'a' is already used on line 2"),
