@@ -86,6 +86,7 @@ from analytics.llm_anatomy import (
     anatomy_buckets,
     anatomy_totals,
     llm_anatomy,
+    usd_per_token,
     with_llm_causes,
 )
 from analytics.llm_calls import (
@@ -637,6 +638,7 @@ def analyze(
             buckets,
             (windows.end - since).total_seconds(),
             conv,
+            usd_per_token(anatomy_totals(calls), conv.llm_prices),
         )
         del what_if_calls
         boundary_rows, boundary_releases = boundary(
@@ -982,7 +984,10 @@ class _FromSummaries:
             current = self._current.join(recent, on="trace_key", how="semi", maintain_order="left")
         calls = self.inputs.sync_calls(since, w.end + self.conv.trace_margin)
         buckets, buckets_summary = self._buckets
-        return what_if(current, calls, buckets_summary, buckets, (w.end - since).total_seconds(), self.conv)
+        usd = usd_per_token(anatomy_totals(self.inputs.calls), self.conv.llm_prices)
+        return what_if(
+            current, calls, buckets_summary, buckets, (w.end - since).total_seconds(), self.conv, usd
+        )
 
     @cached_property
     def _job_stats(self) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -48,6 +48,7 @@ __all__ = [
     "fixed_and_per_token",
     "llm_anatomy",
     "llm_cause",
+    "usd_per_token",
     "with_llm_causes",
 ]
 
@@ -147,6 +148,25 @@ def call_cost(
     cached_price = price.input if price.cached_input is None else price.cached_input
     uncached = max(input_tokens - cached_tokens, 0.0)
     return (uncached * price.input + cached_tokens * cached_price + output_tokens * price.output) / 1e6
+
+
+def usd_per_token(totals: pl.DataFrame, prices: Sequence[Price]) -> dict[str, float]:
+    """Per ``provider/model`` of the current window's :func:`anatomy_totals`: the USD one of its
+    tokens costs on average (its calls' cost over their input and output tokens), for figures that
+    know a call's total tokens only (the what-if options). Models without a price are left out."""
+    out: dict[str, float] = {}
+    if totals.is_empty():
+        return out
+    current = (
+        totals.filter(pl.col("window") == "current")
+        .group_by("provider", "model")
+        .agg(pl.col("input_tokens", "output_tokens", "cached_tokens").sum())
+    )
+    for provider, model, inputs, outputs, cached in current.iter_rows():
+        cost = call_cost(_price(prices, provider, model), inputs, outputs, cached)
+        if cost is not None and inputs + outputs > 0:
+            out[f"{provider}/{model}"] = cost / (inputs + outputs)
+    return out
 
 
 def _token_bucket(column: str) -> pl.Expr:

@@ -43,12 +43,16 @@ boundary's rule, :func:`analytics.boundary._saved_per_day`, on the window's aban
 requests / synchronous calls), ``extra_tokens_ratio`` (hedge: each call over T is charged its tokens
 again — the second request sends the same input and is assumed to run to its end; the store keeps
 one token total per call, so the input-only lower bound cannot be told apart), and
-``extra_cost_per_day`` (null: there is no price table).
+``extra_cost_per_day`` in USD (null unless every model the option touches has a price: each call's
+tokens at its model's average USD per token, :func:`analytics.llm_anatomy.usd_per_token` — a hedge
+pays its hedged calls' tokens again, a route the difference between the models' prices for the same
+tokens, a timeout's fallback and moving the calls off the request cost nothing extra).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -92,7 +96,7 @@ WHAT_IF_SCHEMA: dict[str, Any] = {
     "abandoned_saved_per_day": pl.Float64,  # from the abandonment curve; null when nobody abandoned
     "extra_calls_ratio": pl.Float64,
     "extra_tokens_ratio": pl.Float64,  # null when the calls report no tokens
-    "extra_cost_per_day": pl.Float64,  # null: no price table
+    "extra_cost_per_day": pl.Float64,  # USD; null without the prices of the models it touches
     "assumption": pl.String,
 }
 
@@ -208,6 +212,7 @@ def _row(
     extra_calls: np.ndarray | None,
     extra_tokens: float | None,
     assumption: str,
+    extra_cost: float | None = None,
 ) -> dict[str, Any]:
     p99 = _p99(new_latency, op.weights)
     over = None if op.budget is None else _count_over(new_latency, op.budget, op.weights) * op.per_day
@@ -228,7 +233,7 @@ def _row(
         "abandoned_saved_per_day": saved,
         "extra_calls_ratio": 0.0 if extra_calls is None else float((w * extra_calls).sum() / w.sum()),
         "extra_tokens_ratio": extra_tokens,
-        "extra_cost_per_day": None,
+        "extra_cost_per_day": extra_cost,
         "assumption": assumption,
     }
 
@@ -243,9 +248,11 @@ def _operation_rows(
     curve: pl.DataFrame,
     per_day: float,
     conv: Conventions,
+    usd: Mapping[str, float],
 ) -> list[dict[str, Any]]:
     """The :data:`WHAT_IF_SCHEMA` rows of one operation: its requests (``group``, with ``_row``),
-    their calls (``op_calls``, in draw order) and its abandonment buckets (``curve``)."""
+    their calls (``op_calls``, in draw order), its abandonment buckets (``curve``) and the USD per
+    token of each priced ``provider/model``."""
     rows: list[dict[str, Any]] = []
     weights = _weights(group)
     call_w = op_calls["weight"].to_numpy()
@@ -255,6 +262,16 @@ def _operation_rows(
     budget, _ = budget_for(service, operation, cliffs.get((service, operation)), conv)
     latency_now = group["duration_ms"].to_numpy()
     models = op_calls["_model"]
+    # USD a day of each call's tokens at its model's price (nan: unpriced).
+    price = np.array([usd.get(m, math.nan) for m in models.to_list()], dtype=np.float64)
+    priced = bool(np.isfinite(price).all())
+    call_usd = tokens * call_w * price * per_day
+
+    def usd_of(over: np.ndarray | None) -> float | None:
+        """The extra USD a day of paying the calls ``over`` again (none: nothing extra)."""
+        if not priced:
+            return None
+        return 0.0 if over is None else float(call_usd[over].sum())
 
     op = _Operation(
         service,
@@ -299,6 +316,7 @@ def _operation_rows(
                 over_t.astype(np.float64),
                 None if total_tokens == 0 else extra_tokens,
                 hedge_assumption,
+                usd_of(over_t),
             )
         )
         fallback = np.where(over_t, delay + conv.what_if_fallback_ms, latency)
@@ -312,6 +330,7 @@ def _operation_rows(
                 0.0,
                 f"calls over T answered by a fallback (a cache read) of "
                 f"{conv.what_if_fallback_ms:g} ms; its answer is good enough",
+                usd_of(None),
             )
         )
     # The delay (each model's quantile q of the grid) with the lowest p99 whose extra tokens stay
@@ -334,6 +353,7 @@ def _operation_rows(
                 over_t.astype(np.float64),
                 None if total_tokens == 0 else extra_tokens,
                 hedge_assumption,
+                usd_of(over_t),
             )
         )
     seen = sorted(set(models.to_list()))
@@ -354,6 +374,10 @@ def _operation_rows(
                     0.0,
                     f"every other model's calls take {target}'s latency ({_INDEPENDENT}); "
                     "same tokens, same answers",
+                    # The same tokens at the target's price instead of their own.
+                    float((tokens * call_w * (usd[target] - price)).sum() * per_day)
+                    if priced and target in usd
+                    else None,
                 )
             )
     without = group["without_sync_llm_ms"].to_numpy()
@@ -367,6 +391,7 @@ def _operation_rows(
             0.0,
             "the boundary's counterfactual: the calls run off the request, each replaced by "
             f"{conv.sync_llm_replacement_ms:g} ms",
+            usd_of(None),
         )
     )
     return rows
@@ -379,6 +404,7 @@ def what_if(
     abandonment_buckets: pl.DataFrame,
     seconds: float,
     conventions: Conventions,
+    usd_per_token: Mapping[str, float] | None = None,
 ) -> pl.DataFrame:
     """:data:`WHAT_IF_SCHEMA` rows from the :func:`analytics.boundary.counterfactual` requests
     simulated (those of the window's most recent ``what_if_horizon``), their synchronous calls
@@ -421,7 +447,9 @@ def what_if(
         if op_calls.is_empty():
             continue
         curve = curves.get((service, operation), NO_CURVE)
-        rows += _operation_rows(service, operation, group, op_calls, pools, cliffs, curve, per_day, conv)
+        rows += _operation_rows(
+            service, operation, group, op_calls, pools, cliffs, curve, per_day, conv, usd_per_token or {}
+        )
     if not rows:
         return empty(WHAT_IF_SCHEMA)
     return pl.DataFrame(rows, schema=WHAT_IF_SCHEMA)
@@ -435,8 +463,9 @@ _EFFORT: dict[str, int] = {"timeout_fallback": 0, "route_model": 1, "hedge": 2, 
 def with_cheapest_option(boundary: pl.DataFrame, options: pl.DataFrame) -> pl.DataFrame:
     """The boundary rows (:data:`analytics.boundary.BOUNDARY_SCHEMA`) with, for each operation over
     its budget, ``cheapest_option`` — of the :func:`what_if` rows whose p99 is under the budget, the
-    one with the fewest extra tokens, then extra calls, then the least to build, then the lowest
-    p99 — and a reason saying it (or that no option does). Pure."""
+    one with the lowest extra cost a day (where priced), then the fewest extra tokens, then extra
+    calls, then the least to build, then the lowest p99 — and a reason saying it (or that no option
+    does). Pure."""
     if boundary.is_empty() or options.is_empty():
         return boundary
     by_operation = {
@@ -466,6 +495,8 @@ def with_cheapest_option(boundary: pl.DataFrame, options: pl.DataFrame) -> pl.Da
             best = min(
                 under,
                 key=lambda r: (
+                    # Priced options by what they cost a day (the unpriced after them), then tokens.
+                    r["extra_cost_per_day"] if r["extra_cost_per_day"] is not None else math.inf,
                     r["extra_tokens_ratio"] if r["extra_tokens_ratio"] is not None else math.inf,
                     r["extra_calls_ratio"],
                     _EFFORT.get(r["option"], len(_EFFORT)),
@@ -478,6 +509,11 @@ def with_cheapest_option(boundary: pl.DataFrame, options: pl.DataFrame) -> pl.Da
                 f"cheapest option under budget: {best['option']} {best['parameter']}, p99 "
                 f"{best['p99_ms']:,.0f} ms, {best['extra_calls_ratio']:+.1%} calls, "
                 + ("tokens unknown" if tokens is None else f"{tokens:+.1%} tokens")
+                + (
+                    ""
+                    if best["extra_cost_per_day"] is None
+                    else f", {best['extra_cost_per_day']:+,.2f} USD a day"
+                )
                 + f" ({horizon})"
             )
         reasons.append(reason)

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from polars.testing import assert_frame_equal
 
-from analytics import Conventions, analyze, build_summaries, render_table
+from analytics import Conventions, Price, analyze, build_summaries, render_table
 from analytics.what_if import HEDGE_QUANTILES
 from collectors.spans import SpanRow, insert_spans
 from storage import Store
@@ -135,11 +135,21 @@ def _abandon_rate(window: list[Request]) -> Callable[[float], float]:
     return rate
 
 
+def _usd_per_token(conv: Conventions) -> dict[str, float]:
+    """Every call here: 500 input and 200 output tokens, none cached."""
+    out = {}
+    for price in conv.llm_prices:
+        out[f"{price.provider}/{price.model}"] = (500 * price.input + 200 * price.output) / 1e6 / 700
+    return out
+
+
 def _expected(
     requests: list[Request], window: list[Request], conv: Conventions
 ) -> dict[tuple[str, str], dict[str, float]]:
     """(option, parameter) → p99, requests over budget and abandoned requests saved a day, extra
-    calls ratio, from the spans (``window``: every request of the analysed window, for the curve)."""
+    calls ratio, and (with prices) extra USD a day, from the spans (``window``: every request of the
+    analysed window, for the curve)."""
+    usd = _usd_per_token(conv)
     ordered, pools = _draw_pools(requests)
     rate = _abandon_rate(window)
     per_day = 86400.0 / min(WINDOW_S, conv.exact_horizon.total_seconds())
@@ -171,11 +181,11 @@ def _expected(
         over_t = [c for c in ordered if c.ms > t[c]]
         out["hedge", label] = figures(
             {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
-        )
+        ) | {"usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day}
         f = conv.what_if_fallback_ms
         out["timeout_fallback", f"{label} F={f:g}ms"] = figures(
             {c: t[c] + f if c.ms > t[c] else c.ms for c in ordered}
-        )
+        ) | {"usd": 0.0}
     # The hedge with the lowest p99 whose extra tokens (here: calls, every call reports the same
     # tokens) stay within the budget, over each model's quantiles of the documented grid.
     best: tuple[float, str, dict[str, float]] | None = None
@@ -185,7 +195,7 @@ def _expected(
         if len(over_t) / len(ordered) <= conv.what_if_max_extra_tokens:
             got = figures(
                 {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
-            )
+            ) | {"usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day}
             if best is None or got["p99"] < best[0]:
                 best = (
                     got["p99"],
@@ -196,8 +206,13 @@ def _expected(
     out["hedge", best[1]] = best[2]
     for target in pools:
         routed = draws(target, ordered)
-        out["route_model", target] = figures({c: c.ms if c.model == target else routed[c] for c in ordered})
-    out["move_off_hot_path", "replacement=0ms"] = figures(dict.fromkeys(ordered, 0.0))
+        out["route_model", target] = figures(
+            {c: c.ms if c.model == target else routed[c] for c in ordered}
+        ) | {
+            "usd": sum(700 * (usd.get(target, math.nan) - usd.get(c.model, math.nan)) for c in ordered)
+            * per_day
+        }
+    out["move_off_hot_path", "replacement=0ms"] = figures(dict.fromkeys(ordered, 0.0)) | {"usd": 0.0}
     return out
 
 
@@ -226,7 +241,11 @@ def _check(
             assert got["extra_tokens_ratio"] == pytest.approx(want["extra_calls"], rel=1e-12), key
         else:
             assert got["extra_calls_ratio"] == 0.0
-        assert got["extra_cost_per_day"] is None and got["assumption"]
+        assert got["assumption"]
+        if not conv.llm_prices:
+            assert got["extra_cost_per_day"] is None, key
+        else:
+            assert got["extra_cost_per_day"] == pytest.approx(want["usd"], rel=1e-9, abs=1e-9), key
     # The options mean something on this data: hedging and cutting at p95 shorten the tail.
     assert rows["hedge", "T=p95"]["p99_delta_ms"] < 0
     assert rows["timeout_fallback", "T=p95 F=50ms"]["p99_delta_ms"] < 0
@@ -266,6 +285,33 @@ def test_what_if_matches_the_per_request_rule(store: Store) -> None:
     assert any(
         r.startswith(f"cheapest option under budget: {option} {parameter}") for r in boundary["reasons"]
     )
+
+
+def test_priced_options_cost_their_tokens_at_the_models_prices(store: Store) -> None:
+    spans = _spans()
+    insert_spans(store, spans)
+    prices = (
+        Price("openai", "gpt-4o", input=2.5, output=10.0),
+        Price("openai", "gpt-4o-mini", input=0.15, output=0.6),
+    )
+    conv = _conventions(llm_prices=prices)
+    analysis = analyze(store, dt(at(0)), dt(at(WINDOW_S)), use_summaries=False, conventions=conv)
+    data = json.loads(analysis.to_json())
+    _check(data["what_if"], _requests(spans, at(0)), _requests(spans, at(0)), conv)
+    rows = {(r["option"], r["parameter"]): r for r in data["what_if"]}
+    # Routing every call to the cheaper model saves money; a hedge costs some.
+    assert (
+        rows["route_model", SECOND]["extra_cost_per_day"] < 0 < rows["hedge", "T=p95"]["extra_cost_per_day"]
+    )
+    # Without the second model's price, an option touching it has no cost (null, never 0).
+    partial = analyze(
+        store,
+        dt(at(0)),
+        dt(at(WINDOW_S)),
+        use_summaries=False,
+        conventions=_conventions(llm_prices=prices[:1]),
+    )
+    assert all(r["extra_cost_per_day"] is None for r in partial.to_dict()["what_if"])
 
 
 def test_what_if_reads_the_most_recent_exact_horizon_from_summaries(store: Store) -> None:
