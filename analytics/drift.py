@@ -200,13 +200,20 @@ _WINDOW = "Timestamp >= {s:DateTime64(9)} AND Timestamp < {e:DateTime64(9)}"
 _DAY = "toInt64(intDiv(toUnixTimestamp64Nano(Timestamp) - {s_ns:Int64}, {day_ns:Int64}))"
 
 
+# Spans that are not code of the service: model calls (a model reused on both paths is not shared code;
+# analytics.llm_calls reports their cold share), calls to a dependency (Client: a database statement,
+# an HTTP attempt — the dependency's own Server span, when traced, is its code) and publishes
+# (Producer: handing work to a queue).
+_NOT_CODE = f"({MAYBE_LLM} AND {IS_LLM}) OR {KIND} IN ('Client', 'Producer')"
+
+
 def span_paths_sql(table: str) -> str:
     """Every span started in [s, e) that a hot request or a job reaches: ``trace_key``, ``day`` (from
     the window's start), ``service``, ``name``, ``function`` (:data:`CODE_FUNCTION`), ``path`` ('hot'
     or 'cold') and ``duration_ns``.
 
-    Model calls are left out (a model reused on both paths is not shared code; analytics.llm_calls
-    reports their cold share). Traces without a boundary span take their root's path (a hot root, or
+    Only code is kept: model calls, dependency calls (Client) and publishes (Producer) are left out
+    (see ``_NOT_CODE``). Traces without a boundary span take their root's path (a hot root, or
     a root marked cold). A trace holding a boundary is walked per trace in SQL: a span is cold when it
     or an ancestor is a boundary crossed through a queue — its parent a Producer span, or not in the
     trace (a consumer linked to its producer) — found by pointer jumping over the parent index (64
@@ -237,7 +244,7 @@ SELECT cityHash64(TraceId) AS trace_key, {_DAY} AS day, toString(ServiceName) AS
        if(trace_key IN (SELECT * FROM hot_traces), 'hot', 'cold') AS path, toInt64(Duration) AS duration_ns
 FROM {table}
 WHERE {_WINDOW} AND cityHash64(TraceId) NOT IN (SELECT * FROM boundary_traces)
-  AND NOT ({MAYBE_LLM} AND {IS_LLM})
+  AND NOT ({_NOT_CODE})
   AND (cityHash64(TraceId) IN (SELECT * FROM hot_traces)
        OR cityHash64(TraceId) IN (SELECT * FROM cold_traces))
 UNION ALL
@@ -247,7 +254,7 @@ FROM (
            groupArray(toUInt8({IS_BOUNDARY})) AS boundary,
            groupArray(toUInt8({KIND} = 'Producer')) AS producer,
            groupArray(({_DAY}, toString(ServiceName), toString(SpanName), {CODE_FUNCTION}, toInt64(Duration),
-                       {MAYBE_LLM} AND {IS_LLM})) AS spans,
+                       {_NOT_CODE})) AS spans,
            max({IS_HOT_ROOT}) AS hot_trace,
            arrayMap(p -> indexOf(ids, p), parents) AS a1,
            arrayMap((b, j) -> toUInt8(b AND (j = 0 OR producer[j] = 1)), boundary, a1) AS below0,

@@ -51,6 +51,11 @@ The traffic (all numbers per simulated day at ``scale=1``)::
     agent-runner   claims-triage     400  invoke_workflow: 3 LLM hops, 2 tool hops (c)
     notes-api      POST /summarize   800  a sync chat gpt-4.1-mini call; under (f) a flag sends a slice
                                           to the async variant: Celery task -> notes-worker (LLM)
+    digest-worker  run/digests.summarize_batch  one nightly Celery beat run of 120 documents, each a
+                                          summarize_document call (gpt-4.1-nano); under (g) hourly
+                                          runs of 5, then 3, from the second day
+    digest-api     POST /summaries/now   400  only under (g), on the last day: summarize_document
+                                          called synchronously for one document
 
     service          HTTP conventions  GenAI provider attribute  server framework
     chat-api         old               gen_ai.system             FastAPI (receive/send spans)
@@ -62,14 +67,18 @@ The traffic (all numbers per simulated day at ``scale=1``)::
     agent-runner     old (httpx)       gen_ai.provider.name      -
     notes-api        new               gen_ai.provider.name      FastAPI (receive/send spans)
     notes-worker     new (httpx)       gen_ai.provider.name      Celery worker
+    digest-api       new               gen_ai.provider.name      FastAPI (receive/send spans)
+    digest-worker    new (httpx)       gen_ai.provider.name      Celery worker (beat not traced)
 
 The timeline: the simulated period is ``[end - 3d, end)``; every scenario changes the system at
 ``end - 1d``, so the last day is each scenario's *current* window and the day before it a clean
 *baseline* (:class:`Timeline`). The migration (f) is cut over by slices: its flag already sends
 internal users and a small slice to the async variant on the earlier days, the ~30 % slice starts
-at ``end - 1d``. Scenarios that would interfere live on different services, and each
-service draws its randomness from its own seeded stream, so switching one scenario off leaves the
-other services' traffic unchanged and removes exactly that anomaly.
+at ``end - 1d``. The drift (g) unfolds over the three days instead: nightly on the first, hourly
+on the second, and the synchronous endpoint on the last. Scenarios that would interfere live on
+different services, and each service draws its randomness from its own seeded stream, so
+switching one scenario off leaves the other services' traffic unchanged and removes exactly that
+anomaly.
 
 Usage::
 
@@ -134,6 +143,7 @@ Scenario = Literal[
     "internal_regression",
     "llm_slowdown",
     "hot_cold_migration",
+    "batch_drift",
 ]
 SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 FileFormat = Literal["protobuf", "jsonl"]
@@ -184,6 +194,9 @@ class ScenarioInfo:
     view: str
     story: str
     flag: FlagRollout | None = None
+    # The architecture drift the scenario must show (kinds of analytics.drift findings), read from
+    # the analysis' drift report rather than from an alert.
+    drift: tuple[str, ...] = ()
 
 
 # Scenario (f): notes-api moves its summaries off the hot path behind this flag. Internal users
@@ -272,6 +285,22 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "day): the async variant enqueues a Celery task and answers 202 at once, its p99 falls far "
         "below the sync control's and the user now waits seconds on the queue instead",
         flag=_NOTES_FLAG,
+    ),
+    "batch_drift": ScenarioInfo(
+        "batch_drift",
+        "g",
+        "a nightly summary job drifts into an online service",
+        "digest-api",
+        "summarize_document (digests.summaries.summarize_document)",
+        None,
+        None,
+        "drift",
+        "digest-worker's nightly Celery job summarises the day's 120 documents in one run, one "
+        "summarize_document call each; from the second day it runs hourly on 5 documents, then 3; on "
+        "the last day digest-api gets POST /summaries/now, which calls the same summarize_document "
+        "synchronously for one document: its hot-path share of calls goes from 0 to most of them, with "
+        "no latency target (seed 004)",
+        drift=("shared_operation", "batch_shrinking"),
     ),
 }
 
@@ -441,6 +470,8 @@ _PROFILES: Mapping[str, _Profile] = {
     "escalation-router": _Profile(old_http=False, genai_system=False),
     "notes-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
     "notes-worker": _Profile(old_http=False, genai_system=False),
+    "digest-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
+    "digest-worker": _Profile(old_http=False, genai_system=False),
 }
 
 
@@ -851,10 +882,17 @@ class _Trace:
         return producer, end
 
     def celery_run(
-        self, parent: Span, start_ns: int, task: str, queue: str, task_id: str, host: str, retries: int = 0
+        self,
+        parent: Span | None,
+        start_ns: int,
+        task: str,
+        queue: str,
+        task_id: str,
+        host: str,
+        retries: int = 0,
     ) -> Span:
         """``run/{task}``: the worker's Consumer span, a child of the publish (the instrumentation's
-        default; no link)."""
+        default; no link); the root of its trace when the publisher is not traced (``None``)."""
         attrs: dict[str, Any] = {
             "celery.action": "run",
             "celery.task_name": task,
@@ -912,6 +950,9 @@ class _Source:
     build: Callable[[Workload, random.Random, int], None]
     rng: random.Random = field(default_factory=random.Random)
     next_ns: int = 0
+    # A scheduled job (cron, Celery beat) runs at these times rather than at random arrivals.
+    schedule: Callable[[Workload], Iterator[int]] | None = None
+    _times: Iterator[int] | None = None
 
 
 class Workload:
@@ -957,11 +998,15 @@ class Workload:
             _Source("support", 1200, _build_support),
             _Source("claims", 400, _build_claims),
             _Source("notes", 800, _build_notes),
+            _Source("digest-runs", 24, _build_digest_run, schedule=_digest_schedule),
+            _Source("digest", 400, _build_digest_request),
         ]
         for source in self._sources:
             # Each service has its own stream: switching a scenario off changes nothing elsewhere.
             source.rng = random.Random(f"{seed}:{source.name}")
-            source.next_ns = self._start_ns + self._gap_ns(source, self._start_ns)
+            if source.schedule is not None:
+                source._times = source.schedule(self)
+            source.next_ns = self._next_ns(source, self._start_ns)
 
     # -- what the builders ask ---------------------------------------------------------------
     def on(self, scenario: Scenario, at_ns: int) -> bool:
@@ -995,6 +1040,8 @@ class Workload:
             "escalation-router": "1.0.2",
             "notes-api": "1.12.0",
             "notes-worker": "1.12.0",
+            "digest-api": "0.3.0",
+            "digest-worker": "0.3.0",
         }[service]
 
     @property
@@ -1022,6 +1069,16 @@ class Workload:
     def _gap_ns(self, source: _Source, at_ns: int) -> int:
         return max(1, int(source.rng.expovariate(self._rate_per_ns(source, at_ns))))
 
+    def _next_ns(self, source: _Source, after_ns: int) -> int:
+        """The source's next trace: its next scheduled time, else a random arrival after ``after_ns``."""
+        if source._times is not None:
+            return next(source._times, self._end_ns)
+        return after_ns + self._gap_ns(source, after_ns)
+
+    @property
+    def start_ns(self) -> int:
+        return self._start_ns
+
     def traces(self) -> Iterator[int]:
         """Builds the traces slice by slice; yields the number of traces started in each slice."""
         slice_ns = int(self.SLICE.total_seconds() * _S)
@@ -1033,7 +1090,7 @@ class Workload:
                 while source.next_ns < upto:
                     source.build(self, source.rng, source.next_ns)
                     started += 1
-                    source.next_ns += self._gap_ns(source, source.next_ns)
+                    source.next_ns = self._next_ns(source, source.next_ns)
             yield started
             t = upto
 
@@ -1193,6 +1250,90 @@ def _build_document(w: Workload, rng: random.Random, t0: int) -> None:
         run.end(end_time=published + wb.gap())
         # The message waits out its ETA, then for a free worker.
         c0 = published + countdown_s * _S + int(rng.expovariate(2.0) * _S)
+
+
+_DIGEST_TASK = "digests.summarize_batch"
+_DIGEST_QUEUE = "digests"
+_DIGEST_HOST = "celery@digest-worker-1"
+# The function both paths call (its code attributes, as a manual span with them records it).
+_DIGEST_FUNCTION = ("summarize_document", "digests.summaries")
+_DIGEST_NIGHTLY = 120  # documents a day, all in one nightly run when nothing drifts
+
+
+def _digest_schedule(w: Workload) -> Iterator[int]:
+    """When Celery beat starts digest-worker's job: nightly at 03:00 into each simulated day; under
+    (g) nightly on the first day, then hourly (at five past) from the second day on."""
+    hour = 3600 * _S
+    drifting = "batch_drift" in w.scenarios
+    day = 0
+    while True:
+        base = w.start_ns + day * DAY_NS
+        if drifting and day >= 1:
+            yield from (base + h * hour + 300 * _S for h in range(24))
+        else:
+            yield base + 3 * hour
+        day += 1
+
+
+def _digest_llm() -> _Llm:
+    return _Llm(
+        provider="openai",
+        model="gpt-4.1-nano",
+        server="api.openai.com",
+        median_ms=900.0,
+        sigma=0.3,
+        input_tokens=1500,
+        output_tokens=200,
+    )
+
+
+def _summarize_document(b: _Trace, parent: Span, t: int) -> int:
+    """``summarize_document``: the one function the batch job and (g)'s endpoint share; its span
+    carries the code attributes, and the model call it makes."""
+    name, namespace = _DIGEST_FUNCTION
+    span = b.start(
+        name,
+        t,
+        parent=parent,
+        attributes={"code.function.name": name, "code.namespace": namespace},
+    )
+    t = b.db("SELECT", "documents", span, t + b.gap(), _lognormal_ns(b.rng, 4, 0.4)) + b.gap()
+    end, _ = b.llm(_digest_llm(), span, t, must_succeed=True)
+    span.end(end_time=end + b.gap())
+    return end + 2 * b.gap()
+
+
+def _build_digest_run(w: Workload, rng: random.Random, t0: int) -> None:
+    """One run of digest-worker's scheduled Celery task, ``run/digests.summarize_batch``: Celery beat
+    publishes from a process without tracing, so the worker's Consumer span is its trace's root. The
+    task records its batch size (``messaging.batch.message_count``; Celery sets none) and summarises
+    each document in turn. Under (g) the nightly batch becomes hourly runs of 5, then of 3 on the
+    last day."""
+    day = (t0 - w.start_ns) // DAY_NS
+    items = _DIGEST_NIGHTLY
+    if "batch_drift" in w.scenarios and day >= 1:
+        items = 5 if day == 1 else 3
+    b = _Trace(w, "digest-worker", t0, rng)
+    task_id = _task_id(rng)
+    run = b.celery_run(None, t0, _DIGEST_TASK, _DIGEST_QUEUE, task_id, _DIGEST_HOST)
+    run.set_attribute("messaging.batch.message_count", items)
+    t = t0 + b.gap()
+    for _ in range(items):
+        t = _summarize_document(b, run, t)
+    run.set_attribute("celery.state", "SUCCESS")
+    run.end(end_time=t)
+
+
+def _build_digest_request(w: Workload, rng: random.Random, t0: int) -> None:
+    """(g) digest-api POST /summaries/now, from the last day: the batch job's summarize_document
+    called synchronously for one document while the user waits."""
+    if not w.on("batch_drift", t0):
+        return
+    b = _Trace(w, "digest-api", t0, rng)
+    root, t = b.server("POST", "/summaries/now", t0)
+    t = b.auth(root, t) + b.gap()
+    t = _summarize_document(b, root, t)
+    b.finish_http(root, t)
 
 
 def _build_search(w: Workload, rng: random.Random, t0: int) -> None:

@@ -5,7 +5,8 @@ The steps, all in one process on loopback:
 1. a fresh embedded store (``OUT/store``, wiped) or the ``--store`` given;
 2. the OTLP/HTTP receiver and ingest pipeline of :mod:`collectors` on ``127.0.0.1`` (ephemeral port);
 3. the :class:`~demo.generator.Workload` exported through the SDK's ``OTLPSpanExporter``;
-4. the analysis of the last simulated day against the day before (``analytics.analyze``), persisted;
+4. the analysis of the last simulated day against the day before (``analytics.analyze``), persisted,
+   with the architecture drift report of the three days (``analytics.DriftReport``);
 5. the demo rules (``demo/rules.yaml``) evaluated at the simulated end, alerts delivered
    to a webhook receiver the demo runs on ``127.0.0.1`` that appends each body to
    ``OUT/alerts.jsonl``;
@@ -21,7 +22,9 @@ evidence that tells it apart and the trace to open come from the frames of the a
 (the analysis the rules read for the same window), never from an alert's prose. The migration
 scenario expects no alert: it is scored from the ``slices`` frame alone (the async variant's split
 and p99 against the sync control), and the release-coupling row names the operation's
-recommendation from the ``boundary`` frame. An analysis without those frames is reported as such.
+recommendation from the ``boundary`` frame. The drift scenario expects no alert either: it is scored
+from the drift report (the shared function's finding from the last day, and the batch shrinking).
+An analysis without those frames is reported as such.
 """
 
 from __future__ import annotations
@@ -37,14 +40,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
 
 import polars as pl
 
-from analytics import Analysis, analyze, build_summaries, persist_analysis
+from analytics import Analysis, Conventions, DriftReport, analyze, build_summaries, persist_analysis
 from collectors import IngestRuntime, PipelineSettings
 from dashboards import PLOTLY_JS, export_dashboards
 from demo.generator import (
@@ -97,6 +100,9 @@ BOUNDARY_COLUMNS = (
     "recommendation",
 )
 SLICES_COLUMNS = ("service", "operation", "flag", "variant", "requests", "p99_ms", "cold_p99_s")
+# The architecture drift report over the three simulated days, by day: "then" the first day, "now"
+# the last (analytics.drift; the product's default is 14 days with 3-day edges).
+DEMO_CONVENTIONS = Conventions(drift_days=3, drift_edge_days=1)
 
 
 class ProgressBar(Protocol):
@@ -436,6 +442,42 @@ def _hot_path_evidence(name: Scenario, info: ScenarioInfo, analysis: Analysis) -
     return top, True
 
 
+def _drift_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, bool]:
+    """The findings of the analysis' drift report: the scenario's expected kinds, the shared
+    function's from the report's last day (when the endpoint appeared). Returns the text, whether
+    it holds, and whether the analysis could tell (False without a drift report)."""
+    report = analysis.drift
+    if report is None:
+        return "no drift report with the analysis", False, False
+    mine = list(report.findings)
+    if not mine:
+        return "no drift finding", False, True
+    parts = []
+    for f in mine:
+        e = f.evidence
+        if f.kind == "shared_operation":
+            what = (
+                f"hot share {_pct_pair(e.get('hot_share_then'), e.get('hot_share_now'))}, "
+                f"hot p99 {_ms(e.get('hot_p99_ms_now'))}"
+            )
+        elif f.kind == "batch_shrinking":
+            what = (
+                f"{e.get('runs_per_day_then', 0):.0f} run/day of {e.get('items_per_run_then', 0):.0f} → "
+                f"{e.get('runs_per_day_now', 0):.0f} of {e.get('items_per_run_now', 0):.0f}"
+            )
+        else:
+            what = f.operation or f.queue
+        parts.append(f"{f.kind} since {f.since:%m-%d}: {what}")
+    last_day = report.end - timedelta(days=report.edge_days)
+    shared = [
+        f
+        for f in mine
+        if f.kind == "shared_operation" and f.operation == info.operation and f.since == last_day
+    ]
+    kinds = {f.kind for f in mine}
+    return "; ".join(parts), bool(shared) and set(info.drift) <= kinds, True
+
+
 def _evidence(name: Scenario, analysis: Analysis) -> tuple[str, bool]:
     """The one fact that tells this scenario apart, from the analysis, and whether it holds."""
     info = SCENARIO_INFO[name]
@@ -486,6 +528,8 @@ def match_alerts(
         if info.alert_kind is None:
             if outcome.enabled and info.flag is not None:
                 outcome.evidence, outcome.evidence_ok, outcome.scored = _slices_evidence(info, analysis)
+            elif outcome.enabled and info.drift:
+                outcome.evidence, outcome.evidence_ok, outcome.scored = _drift_evidence(info, analysis)
             outcomes.append(outcome)
             continue
         primary = [a for a in on_target if _alert_kind(a, rule_kinds) == info.alert_kind]
@@ -622,13 +666,17 @@ def run_demo(
         with _timed(timings, "analyze"):
             # The window the demo rules read (the last day against the day before): the scenarios are
             # scored from these frames.
-            analysis = analyze(store, tl.current_start, tl.end)
+            analysis = analyze(store, tl.current_start, tl.end, conventions=DEMO_CONVENTIONS)
             run_id = persist_analysis(store, analysis)
+            # The drift report of the three days, kept for the hour: the dashboards draw the same.
+            analysis = analysis.with_drift(DriftReport.read(store, tl.end, DEMO_CONVENTIONS))
         with _timed(timings, "rules"):
             rule_kinds, delivered = _alerts(store, rules_path, tl.end, sink.url, dashboards_dir)
         with _timed(timings, "dashboards"):
             # Opened from disk: one plotly.js beside the pages rather than 4.8 MB in each.
-            report = export_dashboards(store, dashboards_dir, run_id=run_id, plotly_js="shared")
+            report = export_dashboards(
+                store, dashboards_dir, run_id=run_id, plotly_js="shared", conventions=DEMO_CONVENTIONS
+            )
             dashboards = [str(p) for p in report.files]
             # Each alert links to the analysis behind its numbers (dashboards/runs/<run>/<view>.html,
             # what `tailwatch serve` renders on request): the demo writes those pages too.
@@ -761,7 +809,11 @@ def _export_linked_runs(store: Store, alerts_path: Path, dashboards_dir: Path) -
     files: list[Path] = []
     for run in runs:
         report = export_dashboards(
-            store, dashboards_dir / "runs" / run, run_id=run, plotly_js=f"../../{PLOTLY_JS}"
+            store,
+            dashboards_dir / "runs" / run,
+            run_id=run,
+            plotly_js=f"../../{PLOTLY_JS}",
+            conventions=DEMO_CONVENTIONS,
         )
         files += report.files
     return files

@@ -23,7 +23,8 @@ from tests.analytics.builders import DAY, T0, scenario_drift
 def _paths(spans: list[SpanRow]) -> dict[str, str]:
     """span_id → 'hot' / 'cold' / '' by walking the generated traces in Python: the oracle the SQL
     walk is checked against: hot root, root marked cold, anything at or below a Consumer span that a
-    queue delivered (its parent a Producer, or no parent) is cold; model calls are not functions."""
+    queue delivered (its parent a Producer, or no parent) is cold; model calls, dependency calls
+    (Client) and publishes (Producer) are not functions."""
     by_id = {s.span_id: s for s in spans}
     roots = {s.trace_id: s for s in spans if not s.parent_span_id}
     out = {}
@@ -37,7 +38,7 @@ def _paths(spans: list[SpanRow]) -> dict[str, str]:
                 break
             node = parent
         root = roots.get(s.trace_id)
-        if "gen_ai.operation.name" in s.attributes:
+        if "gen_ai.operation.name" in s.attributes or s.kind in ("Client", "Producer"):
             out[s.span_id] = ""
         elif below:
             out[s.span_id] = "cold"

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from analytics import FRAME_SCHEMAS, Analysis
+from analytics import FRAME_SCHEMAS, Analysis, DriftFinding, DriftReport
 from collectors import IngestPipeline, PipelineSettings, Receivers, read_spans
 from dashboards import PLOTLY_JS
 from demo import (
@@ -69,7 +69,8 @@ def test_spans_arrive_through_the_receiver_with_their_conventions(store: Store) 
     }
 
     # Consumers on the newer messaging conventions link to their producer's span id, in another
-    # trace; Celery's run spans are children of their apply_async producer, in the same trace.
+    # trace; Celery's run spans are children of their apply_async producer, in the same trace, or
+    # the root of their trace when the publisher is not traced (Celery beat).
     span_ids = spans.column("SpanId").to_pylist()
     trace_ids = spans.column("TraceId").to_pylist()
     span_kinds = spans.column("SpanKind").to_pylist()
@@ -90,10 +91,13 @@ def test_spans_arrive_through_the_receiver_with_their_conventions(store: Store) 
                 len(link_spans) == 1 and link_spans[0] in producers and producers[link_spans[0]] != trace_id
             )
             shapes.add("link")
+        elif parent == "":
+            # A scheduled task (digest-worker's): Celery beat publishes untraced, the run is a root.
+            shapes.add("root")
         else:
             assert parent in producers and producers[parent] == trace_id
             shapes.add("child")
-    assert shapes == {"link", "child"}
+    assert shapes == {"link", "child", "root"}
 
     # GenAI attributes, stringified as the Collector does; one GenAI span per call, its HTTP
     # attempts as POST children with 429s in either HTTP convention; no resend counts anywhere.
@@ -428,6 +432,58 @@ def test_migration_without_a_slices_frame_is_not_scored(tmp_path: Path) -> None:
     assert f"{expected}  n/a" in line and result.ok
 
 
+def _drift_finding(
+    kind: str, service: str, operation: str, since: datetime, **evidence: float
+) -> DriftFinding:
+    return DriftFinding(kind, service, operation, "", since, dict(evidence))  # type: ignore[arg-type]
+
+
+def test_batch_drift_is_scored_from_the_drift_report(tmp_path: Path) -> None:
+    # No alert is expected: the drift report is the evidence. Its last day is when the endpoint began.
+    info = SCENARIO_INFO["batch_drift"]
+    last_day = END - timedelta(days=1)
+    shared = _drift_finding(
+        "shared_operation",
+        info.service,
+        info.operation,
+        last_day,
+        hot_share_then=0.0,
+        hot_share_now=0.84,
+        hot_p99_ms_now=1800.0,
+    )
+    batch = _drift_finding(
+        "batch_shrinking",
+        "digest-worker",
+        "run/digests.summarize_batch",
+        END - timedelta(days=2),
+        runs_per_day_then=1.0,
+        items_per_run_then=120.0,
+        runs_per_day_now=24.0,
+        items_per_run_now=3.0,
+    )
+
+    def run(*findings: DriftFinding, read: bool = True) -> ScenarioOutcome:
+        analysis = _analysis()
+        if read:
+            analysis = analysis.with_drift(DriftReport(tuple(findings), END, 3, 1))
+        outcomes, _ = match_alerts([], ("batch_drift",), {}, tmp_path, analysis)
+        return next(o for o in outcomes if o.scenario == "batch_drift")
+
+    o = run(shared, batch)
+    assert o.ok and o.caught and o.scored and o.expected_kind is None
+    assert o.evidence == (
+        "shared_operation since 11-29: hot share 0% → 84%, hot p99 1.8 s; "
+        "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3"
+    )
+    assert o.where.endswith("drift.html")
+    # The shared function found from another day, only one of the two kinds, or no report: not it.
+    assert not run(replace(shared, since=END - timedelta(days=2)), batch).ok
+    assert not run(shared).ok and not run(batch).ok
+    assert not run().caught and run().evidence == "no drift finding"
+    unread = run(read=False)
+    assert not unread.scored and unread.evidence == "no drift report with the analysis"
+
+
 def _run_demo(out: Path, *scenario_args: str) -> dict[str, Any]:
     cmd = [
         sys.executable,
@@ -487,6 +543,17 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     boundary_note = by["release_coupling"]["evidence"].split("; ", 1)[1]
     assert boundary_note.startswith("move_off_hot_path:")
     assert by["retry_storm"]["kind"] == "retry_amplification"
+    # (g) the nightly summariser moved into the request path: found from the drift report with the
+    # day the endpoint appeared (the last of the three days, END - 1 day), its batches shrinking
+    # from the second, and the endpoint without a latency target; no alert on it.
+    drift = by["batch_drift"]["evidence"]
+    assert drift.startswith("shared_operation since 11-29: hot share 0% → "), drift
+    assert "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3" in drift
+    assert "no_latency_target since 11-29: POST /summaries/now" in drift
+    assert by["batch_drift"]["alerts"] == [] and by["batch_drift"]["where"].endswith("drift.html")
+    drift_page = (out / "dashboards" / "drift.html").read_text(encoding="utf-8")
+    assert "summarize_document (digests.summaries.summarize_document) serves both" in drift_page
+    assert "no sign of drift" not in drift_page
     views = {Path(p).name for p in summary["dashboards"]}
     assert {"index.html", "attribution.html", "hot_path.html", "retries.html"} <= views
     assert (out / "dashboards" / "attribution.html").stat().st_size > 10_000

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode
 
 from demo.generator import (
+    DAY_NS,
     SCENARIO_INFO,
     SCENARIOS,
     FlagRollout,
@@ -40,7 +42,7 @@ SCALE = 0.25
 
 _OLD_HTTP = {"chat-api", "upload-api", "summary-worker", "agent-runner"}
 _GEN_AI_SYSTEM = {"chat-api", "summary-worker"}
-_FASTAPI = {"chat-api", "assistant-api", "notes-api"}
+_FASTAPI = {"chat-api", "assistant-api", "notes-api", "digest-api"}
 
 
 def _service(span: ReadableSpan) -> str:
@@ -649,6 +651,44 @@ def test_migration_switched_off_is_a_plain_sync_endpoint(healthy: Traffic) -> No
     assert healthy.llm_calls_per_request("notes-api", "POST /summarize") == {"baseline": 1.0, "current": 1.0}
     off = healthy.p99_ms("notes-api", "POST /summarize")
     assert abs(off["current"] - off["baseline"]) < 0.2 * off["baseline"]
+
+
+def _digest_days(traffic: Traffic) -> dict[int, dict[str, Any]]:
+    """Per simulated day: digest-worker's runs (their batch sizes, each the run's number of
+    summarize_document children) and the summarize_document calls under a request (hot)."""
+    start = traffic.workload.start_ns
+    days: dict[int, dict[str, Any]] = defaultdict(lambda: {"sizes": [], "hot": 0})
+    for span in traffic.spans:
+        if span.name != "summarize_document":
+            continue
+        assert span.attributes["code.function.name"] == "summarize_document"
+        assert span.attributes["code.namespace"] == "digests.summaries"
+        root = list(traffic.ancestors(span))[-1]
+        day = days[(_start(root) - start) // DAY_NS]
+        if root.kind is SpanKind.SERVER:
+            assert (_service(root), root.name) == ("digest-api", "POST /summaries/now")
+            day["hot"] += 1
+    for span in traffic.spans:
+        if span.name == "run/digests.summarize_batch":
+            assert span.parent is None and span.kind is SpanKind.CONSUMER  # beat publishes untraced
+            size = int(str(span.attributes["messaging.batch.message_count"]))
+            calls = [k for k in traffic.children[span.context.span_id] if k.name == "summarize_document"]
+            assert len(calls) == size
+            days[(_start(span) - start) // DAY_NS]["sizes"].append(size)
+    return dict(days)
+
+
+def test_batch_drift_ground_truth(everything: Traffic, healthy: Traffic) -> None:
+    # (g): nightly, then hourly runs of 5, then of 3 with the synchronous endpoint on the last day.
+    days = _digest_days(everything)
+    assert [days[d]["sizes"] for d in range(3)] == [[120], [5] * 24, [3] * 24]
+    assert days[0]["hot"] == days[1]["hot"] == 0
+    assert days[2]["hot"] > 0.5 * 400 * SCALE
+    requests = [r for w, r, _ in everything.roots("digest-api", "POST /summaries/now")]
+    assert requests and all(_start(r) >= everything.current[0] for r in requests)
+    # Switched off: a stable nightly job, nobody else calls its function.
+    assert {d: v["sizes"] for d, v in _digest_days(healthy).items()} == {0: [120], 1: [120], 2: [120]}
+    assert all(v["hot"] == 0 for v in _digest_days(healthy).values())
 
 
 def test_a_switched_off_scenario_leaves_the_other_services_untouched(healthy: Traffic) -> None:
