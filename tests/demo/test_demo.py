@@ -607,3 +607,6 @@ def test_demo_switched_off_scenarios_raise_nothing(tmp_path: Path) -> None:
             assert not by[name]["enabled"] and by[name]["alerts"] == [], by[name]
     assert not summary["unexpected"]
     assert len(read_alert_lines(out / "alerts.jsonl")) == 1
+    # (g) off: a stable nightly job whose function nobody else calls drifts nowhere.
+    index = (out / "dashboards" / "index.html").read_text(encoding="utf-8")
+    assert "no sign of drift in the 3 days before 2026-11-30 12:00 UTC" in index
