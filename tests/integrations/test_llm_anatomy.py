@@ -34,7 +34,7 @@ tailwatch's ``llm_anatomy`` (``analyze(...).to_dict()``, current phase against b
 that truth row by row — percentiles within 1% (its sketches are within 0.5%) — but for the
 discrepancies recorded in :data:`KNOWN_DISCREPANCIES`; where no call of a model carries a TTFT its
 source is ``estimated`` or null, never ``attribute``, and the estimate for the never-streamed model
-lies near the mock's configured delays.
+is checked for sense (``test_estimates_without_a_first_token_are_estimated``).
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from analytics import analyze
@@ -350,7 +351,7 @@ def _problems(
     expected: Mapping[tuple[str, str], Mapping[str, Any]],
 ) -> list[tuple[tuple[str, str], str, Any, Any]]:
     """(row, field, tailwatch, spans) of every field that differs; on a row where no call carries a
-    TTFT, tailwatch's source must be ``estimated`` (its figures a fit: see the next test) or null —
+    TTFT, tailwatch's source must be ``estimated`` (its figures a fit: see the last test) or null —
     never ``attribute`` — and with null, its TTFT figures null too. No prices: no cost."""
     out: list[tuple[tuple[str, str], str, Any, Any]] = []
     for key, want in sorted(expected.items()):
@@ -393,26 +394,36 @@ def test_llm_anatomy_matches_the_spans(
     assert not unexpected and not missing, f"{calls_run.flavour}:\n" + "\n".join(unexpected + missing)
 
 
-def test_estimates_without_a_first_token_find_the_mocks_delays(
-    anatomy: dict[tuple[str, str], dict[str, Any]], calls_run: FlavourRun
+def test_estimates_without_a_first_token_are_estimated(
+    anatomy: dict[tuple[str, str], dict[str, Any]], calls_truth: Truth, calls_run: FlavourRun
 ) -> None:
     """OPENAI_BATCH_MODEL's calls record no first token in any flavour (never streamed): tailwatch
-    fits duration against output tokens. Its fixed part and time per output token come out near the
-    mock's first-token delay and per-token delay (a loopback call adds a millisecond or two; a fit on
-    36 calls, within 25%), inside the estimate's own interval."""
+    fits duration against output tokens (36 calls a window, over the 30 it needs). The source says
+    ``estimated``, each part lies inside its own interval, and the fixed part between half the
+    mock's first-token delay and the calls' median duration.
+
+    How near the mock's delays the fit comes is not asserted: it describes the spans, and on a
+    shared two-core machine a few stalled calls move it — 37.8–41.8 ms for the mock's 40 ms and
+    2.90–3.13 ms per token for its 3 ms on a quiet machine, 36–56 ms with other work running, 7 to
+    147 ms with three runs of this module at once. The estimator's error is tested on generated
+    data with a known truth in tests/analytics."""
     row = anatomy[("openai", OPENAI_BATCH_MODEL)]
-    for prefix, phase in (("", "current"), ("baseline_", "baseline")):
-        script = SCRIPTS[phase][OPENAI_BATCH_MODEL]
+    for prefix, phase, window in (
+        ("", "current", calls_run.current_ns),
+        ("baseline_", "baseline", calls_run.baseline_ns),
+    ):
         assert row[prefix + "ttft_source"] == "estimated"
-        for figure, low, high, configured_s in (
-            ("ttft_p50_ms", "ttft_estimate_low_ms", "ttft_estimate_high_ms", script.first_token_s),
-            (
-                "ms_per_output_token_p50",
-                "per_token_estimate_low_ms",
-                "per_token_estimate_high_ms",
-                script.token_s,
-            ),
-        ):
-            estimate = row[prefix + figure]
-            assert row[prefix + low] <= estimate <= row[prefix + high], (prefix + figure, row)
-            assert estimate == pytest.approx(configured_s * 1000, rel=0.25), (prefix + figure, row)
+        fixed, per_token = row[prefix + "ttft_p50_ms"], row[prefix + "ms_per_output_token_p50"]
+        assert row[prefix + "ttft_estimate_low_ms"] <= fixed <= row[prefix + "ttft_estimate_high_ms"], row
+        low, high = row[prefix + "per_token_estimate_low_ms"], row[prefix + "per_token_estimate_high_ms"]
+        assert low <= per_token <= high, row
+        durations = [
+            (s["end_ns"] - s["start_ns"]) / 1e6
+            for s in calls_truth.spans
+            if is_llm(s)
+            and attr(s, "gen_ai.request.model", "llm.model_name") == OPENAI_BATCH_MODEL
+            and window[0] <= s["start_ns"] < window[1]
+        ]
+        assert len(durations) == REQUESTS * model_calls.BATCH_CALLS_PER_REQUEST
+        first_ms = SCRIPTS[phase][OPENAI_BATCH_MODEL].first_token_s * 1000
+        assert 0.5 * first_ms <= fixed <= float(np.median(durations)), (prefix, row)

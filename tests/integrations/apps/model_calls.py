@@ -86,7 +86,7 @@ BATCH_CALLS_PER_REQUEST = 3
 
 
 def _script(
-    first_token_s: float, token_s: float, cached: float, response_model: str | None, sigma: float = 0.5
+    first_token_s: float, token_s: float, cached: float, response_model: str | None, sigma: float = 0.8
 ) -> ModelScript:
     # latency_s 0: the time to first token is the mock's first_token_s draw (and the loopback's).
     return ModelScript(
