@@ -35,7 +35,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from fnmatch import fnmatchcase
 from typing import Any, Literal
@@ -60,6 +60,7 @@ from analytics.conventions import (
     TOKENS,
     Conventions,
 )
+from analytics.releases import first_seen_sql
 from analytics.schema import DRIFT_REPORTS_TABLE
 from collectors import TRACES_TABLE, inspect_traces
 from storage import Store, StoreError, as_utc, iso_z
@@ -83,6 +84,7 @@ __all__ = [
     "span_paths_sql",
     "stored_drift_report",
     "unit_costs_sql",
+    "with_releases",
 ]
 
 DriftKind = Literal[
@@ -111,7 +113,7 @@ Severity = Literal["warning", "critical"]
 _DAY_NS = 86_400_000_000_000
 # The stored report's shape (tailwatch_drift_reports): a report kept before the findings carried
 # their per-day series is not read back as one without them.
-_REPORT_FORMAT = 2
+_REPORT_FORMAT = 3
 # Pointer-jumping steps of the boundary walk: 2**6 = 64 ancestors, as analytics.ancestry's depth.
 _JUMPS = 6
 
@@ -130,6 +132,9 @@ class DriftFinding:
     # The per-day series the finding rests on, one dict per day of the drift window (``day``: its
     # start), the keys of its kind (:data:`BY_DAY_KEYS`): what the Drift view draws.
     by_day: list[dict[str, Any]] = field(default_factory=list)
+    # The release the change arrived with: the latest version of ``service`` first seen after the
+    # first days and by the end of the ``since`` day (None: none arrived then, or no service).
+    since_release: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -140,6 +145,7 @@ class DriftFinding:
             "since": iso_z(self.since),
             "evidence": {k: _num(v) for k, v in self.evidence.items()},
             "severity": self.severity,
+            "since_release": self.since_release,
             "by_day": [
                 {k: iso_z(v) if isinstance(v, datetime) else _num(v) for k, v in row.items()}
                 for row in self.by_day
@@ -421,9 +427,43 @@ def drift_report(
         reaching = normalize(
             store.query_polars(adapt(reaching_requests_sql(table)), {**params, "shared": shared})
         )
-    return drift_findings(
+    findings = drift_findings(
         start, days, calls, runs, queues, reaching, conv, covered, costs=costs, retried=retried
     )
+    services = sorted({f.service for f in findings if f.service})
+    if not services:
+        return findings
+    # The versions of the findings' services and when each was first seen in the window (the
+    # releases' own read: one GROUP BY on the services' range of the span table).
+    versions = normalize(
+        store.query_polars(
+            adapt(first_seen_sql(table)),
+            {**params, "lo1": start, "hi1": end, "lo2": end, "hi2": end, "services": services},
+        )
+    )
+    return with_releases(findings, versions, start, conv.drift_edge_days)
+
+
+def with_releases(
+    findings: Sequence[DriftFinding], versions: pl.DataFrame, start: datetime, edge_days: int
+) -> list[DriftFinding]:
+    """Each finding with the release its change arrived with (``since_release``): of the versions
+    of its service (``versions``: service, version, first_seen), the one first seen last among
+    those first seen after the first ``edge_days`` days ("then": already there) and before the end
+    of its ``since`` day. Pure."""
+    first: dict[str, list[tuple[datetime, str]]] = {}
+    for row in versions.iter_rows(named=True):
+        first.setdefault(str(row["service"]), []).append((as_utc(row["first_seen"]), str(row["version"])))
+    after = start + timedelta(days=edge_days)
+    out = []
+    for f in findings:
+        arrived = sorted(
+            (seen, version)
+            for seen, version in first.get(f.service, [])
+            if after <= seen < f.since + timedelta(days=1)
+        )
+        out.append(replace(f, since_release=arrived[-1][1]) if arrived else f)
+    return out
 
 
 def stored_drift_report(
@@ -486,6 +526,7 @@ def _finding_of(item: dict[str, Any]) -> DriftFinding:
         by_day=[
             {k: _day_of(v) if k == "day" else v for k, v in row.items()} for row in item.get("by_day", [])
         ],
+        since_release=item.get("since_release"),
     )
 
 

@@ -493,7 +493,7 @@ def _drift(data: dict[str, Any]) -> list[str]:
                 f["kind"],
                 f["service"] or "-",
                 f["operation"] or f["queue"],
-                str(f["since"])[:10],
+                str(f["since"])[:10] + (f" ({f['since_release']})" if f.get("since_release") else ""),
                 f["severity"],
                 ", ".join(f"{k}={_fmt(v, 2)}" for k, v in f["evidence"].items()),
             ]

@@ -467,7 +467,8 @@ def _drift_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, 
             )
         else:
             what = f.operation or f.queue
-        parts.append(f"{f.kind} since {f.since:%m-%d}: {what}")
+        release = f" with {f.since_release}" if f.since_release else ""
+        parts.append(f"{f.kind} since {f.since:%m-%d}{release}: {what}")
     last_day = report.end - timedelta(days=report.edge_days)
     shared = [
         f

@@ -50,6 +50,7 @@ def candidates(rule: ArchitectureDriftRule, ctx: Context) -> list[Candidate]:
                 "drift_kind": finding.kind,
                 "drift_severity": finding.severity,
                 "since": finding.since.date().isoformat(),
+                **({"since_release": finding.since_release} if finding.since_release else {}),
                 # The report reads no analysis window: the latest views' Drift page.
                 "dashboard": ctx.dashboard("drift"),
                 **{f"evidence_{k}": _text(v) for k, v in finding.evidence.items()},
@@ -69,6 +70,9 @@ def _text(value: Any) -> str:
 def drift_symptom(finding: DriftFinding) -> str:
     """The finding as the sentence an alert leads with."""
     e, since = finding.evidence, finding.since.date().isoformat()
+    if finding.since_release:
+        # The release the change arrived with, beside its day.
+        since += f", with {finding.service} {finding.since_release}"
     if finding.kind == "shared_operation":
         return (
             f"{finding.operation} serves both the batch job and live requests: its hot-path share of "

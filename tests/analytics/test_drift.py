@@ -315,3 +315,51 @@ def test_each_finding_carries_the_per_day_series_it_rests_on(store: Store) -> No
     as_json = shared.to_dict()["by_day"]
     assert as_json[0]["day"] == scenario.start.isoformat().replace("+00:00", "Z")
     assert as_json[10]["hot_calls"] == shared.by_day[10]["hot_calls"]
+
+
+def test_each_finding_names_the_release_its_change_arrived_with(store: Store) -> None:
+    """``since_release``: the version of the finding's service first seen after the first days and by
+    the end of its ``since`` day; none when the change came with no new version."""
+    from dataclasses import replace
+
+    from analytics import stored_drift_report
+
+    def version(span: SpanRow) -> str:
+        day = (span.start_ns - T0) // DAY
+        if span.service == "summary-worker":
+            return "1.0.0" if day < 5 else "1.1.0"  # the hourly schedule shipped with 1.1.0
+        if span.service == "web":
+            return "5.0.0" if day < 12 else "5.1.0"  # a release after its finding began
+        return {"summary-api": "2.0.0", "index-worker": "3.0.0"}.get(span.service, "")
+
+    scenario = scenario_drift()
+    spans = [
+        replace(s, resource_attributes={**s.resource_attributes, "service.version": v})
+        if (v := version(s))
+        else s
+        for s in scenario.spans
+    ]
+    insert_spans(store, spans)
+    got = {
+        (f.kind, f.service, f.operation or f.queue): f.since_release
+        for f in drift_report(store, scenario.end)
+    }
+    summarise = "summarise_document (summaries.tasks.summarise_document)"
+    assert got == {
+        # summary-api first appears with its endpoint on day 10: the change arrived with 2.0.0.
+        ("shared_operation", "summary-api", summarise): "2.0.0",
+        ("no_latency_target", "summary-api", "POST /summaries/now"): "2.0.0",
+        ("batch_shrinking", "summary-worker", "nightly-summaries"): "1.1.0",
+        ("unit_cost_rising", "summary-worker", "nightly-summaries"): "1.1.0",
+        # The same version all along (there from the first days), a release after the trend began,
+        # and a queue (no service): no release to name.
+        ("whole_batch_retry", "index-worker", "run/reindex"): None,
+        ("no_latency_target", "web", "GET /templates"): None,
+        ("queue_unbounded", "", "doc-index"): None,
+    }
+    shared = next(f for f in drift_report(store, scenario.end) if f.kind == "shared_operation")
+    assert shared.to_dict()["since_release"] == "2.0.0"
+    # Kept and read back with the report.
+    kept = stored_drift_report(store, scenario.end)
+    assert [f.to_dict() for f in kept] == [f.to_dict() for f in stored_drift_report(store, scenario.end)]
+    assert {f.since_release for f in kept} == {"2.0.0", "1.1.0", None}

@@ -471,6 +471,9 @@ def test_batch_drift_is_scored_from_the_drift_report(tmp_path: Path) -> None:
 
     o = run(shared, batch)
     assert o.ok and o.caught and o.scored and o.expected_kind is None
+    assert run(replace(shared, since_release="0.3.0"), batch).evidence.startswith(
+        "shared_operation since 11-29 with 0.3.0: hot share"
+    )
     assert o.evidence == (
         "shared_operation since 11-29: hot share 0% → 84%, hot p99 1.8 s; "
         "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3"
@@ -547,9 +550,11 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     # day the endpoint appeared (the last of the three days, END - 1 day), its batches shrinking
     # from the second, and the endpoint without a latency target; no alert on it.
     drift = by["batch_drift"]["evidence"]
-    assert drift.startswith("shared_operation since 11-29: hot share 0% → "), drift
+    # The endpoint arrived with digest-api 0.3.0 (first seen that day); the hourly schedule with no
+    # new version of digest-worker.
+    assert drift.startswith("shared_operation since 11-29 with 0.3.0: hot share 0% → "), drift
     assert "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3" in drift
-    assert "no_latency_target since 11-29: POST /summaries/now" in drift
+    assert "no_latency_target since 11-29 with 0.3.0: POST /summaries/now" in drift
     assert by["batch_drift"]["alerts"] == [] and by["batch_drift"]["where"].endswith("drift.html")
     drift_page = (out / "dashboards" / "drift.html").read_text(encoding="utf-8")
     assert "summarize_document (digests.summaries.summarize_document) serves both" in drift_page

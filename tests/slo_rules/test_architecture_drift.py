@@ -3,6 +3,8 @@ ticket per finding of the drift report, labelled by kind, naming the symptom and
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from analytics import drift_report
@@ -106,3 +108,22 @@ def test_each_drift_alert_links_to_the_drift_view(store: Store) -> None:
     drift = [a for a in result.fired if a.labels["alertname"] == "architecture-drift"]
     assert drift
     assert {a.annotations.get("dashboard") for a in drift} == {"http://dash.example/dashboards/drift.html"}
+
+
+def test_the_symptom_names_the_release_the_change_arrived_with() -> None:
+    from datetime import UTC, datetime
+
+    from analytics import DriftFinding
+    from slo_rules import drift_symptom
+
+    finding = DriftFinding(
+        "no_latency_target",
+        "digest-api",
+        "POST /summaries/now",
+        "",
+        datetime(2026, 12, 4, tzinfo=UTC),
+        {"p99_ms_now": 1810.0},
+    )
+    assert drift_symptom(finding).endswith("(since 2026-12-04)")
+    released = replace(finding, since_release="0.3.0")
+    assert drift_symptom(released).endswith("(since 2026-12-04, with digest-api 0.3.0)")
