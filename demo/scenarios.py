@@ -667,7 +667,7 @@ def run_demo(
         with _timed(timings, "analyze"):
             # The window the demo rules read (the last day against the day before): the scenarios are
             # scored from these frames.
-            analysis = analyze(store, tl.current_start, tl.end, conventions=DEMO_CONVENTIONS)
+            analysis = analyze(store, tl.current_start, tl.end)
             run_id = persist_analysis(store, analysis)
             # The drift report of the three days, kept for the hour: the dashboards draw the same.
             analysis = analysis.with_drift(DriftReport.read(store, tl.end, DEMO_CONVENTIONS))
