@@ -3,10 +3,11 @@ on, titled with the finding's sentence (the one its alert leads with).
 
 Read each panel left to right over the drift window (days, UTC): the grey band on the left is "then"
 (the first ``edge_days`` days), the one on the right "now" (the last ones), and the dashed red line
-the day the trend began (``since``). The line on the left axis is the measure that drifted — the
-hot-path share of a shared function, items per run, tokens per unit of work, the backlog, items
-reprocessed, the p99 with no target — with its then and now values drawn across their bands; the
-bars or dotted line on the right axis are the volume behind it (calls, runs, units, jobs, requests).
+the day the trend began (``since``, with the release it arrived with when one did). The line on the
+left axis is the measure that drifted — the hot-path share of a shared function, items per run,
+tokens per unit of work, the backlog, items reprocessed, the p99 with no target — with its then and
+now values drawn across their bands; the bars or dotted line on the right axis are the volume
+behind it (calls, runs, units, jobs, requests).
 """
 
 from __future__ import annotations
@@ -308,7 +309,8 @@ def _edges(fig: go.Figure, row: int, finding: DriftFinding, spec: DriftSeries, e
         y=0.85,
         xref=xref,
         yref=f"{yref} domain",
-        text=f"since {naive_utc(finding.since):%Y-%m-%d}",
+        text=f"since {naive_utc(finding.since):%Y-%m-%d}"
+        + (f" · {esc(finding.since_release)}" if finding.since_release else ""),
         showarrow=False,
         xanchor="left",
         yanchor="top",

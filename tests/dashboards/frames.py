@@ -482,6 +482,7 @@ def sample_drift(hostile: bool = True) -> DriftReport:
             }
             for d in range(days)
         ],
+        since_release=HOSTILE_TEMPLATE if hostile else "0.3.0",
     )
     target = DriftFinding(
         "no_latency_target",

@@ -38,7 +38,7 @@ EXPECTED_TEXT = {
     "retries": [HOSTILE_FLAG],
     "attribution": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],
     "boundary": [HOSTILE, HOSTILE_TEMPLATE],
-    "drift": [HOSTILE, HOSTILE_FLAG],
+    "drift": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],  # the function, the queue, a release
     "alerts": [HOSTILE, HOSTILE_FLAG],
 }
 

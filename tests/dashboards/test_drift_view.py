@@ -69,6 +69,11 @@ def _check_panels(fig: go.Figure, report: DriftReport) -> None:
             (days[0] - half, days[DRIFT_EDGE_DAYS - 1] + half),
             (days[-DRIFT_EDGE_DAYS] - half, days[-1] + half),
         ]
+        since_label = next(
+            a.text for a in fig.layout.annotations if a.xref == xref and a.text.startswith("since")
+        )
+        release = f" · {esc(finding.since_release)}" if finding.since_release else ""
+        assert since_label == f"since {finding.since:%Y-%m-%d}{release}"
         lines = [s for s in shapes if s.type == "line"]
         assert naive_utc(finding.since) - half in [s.x0 for s in lines if s.yref.endswith("domain")]
         edges = {s.y0 for s in lines if not s.yref.endswith("domain")}
