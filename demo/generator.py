@@ -53,7 +53,8 @@ The traffic (all numbers per simulated day at ``scale=1``)::
                                           to the async variant: Celery task -> notes-worker (LLM)
     digest-worker  run/digests.summarize_batch  one nightly Celery beat run of 120 documents, each a
                                           summarize_document call (gpt-4.1-nano); under (g) hourly
-                                          runs of 5, then 3, from the second day
+                                          runs of 5, then 3, from the second day, a quarter of the
+                                          last day's retried whole after a bad document
     digest-api     POST /summaries/now   400  only under (g), on the last day: summarize_document
                                           called synchronously for one document
 
@@ -299,8 +300,9 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "summarize_document call each; from the second day it runs hourly on 5 documents, then 3; on "
         "the last day digest-api gets POST /summaries/now, which calls the same summarize_document "
         "synchronously for one document: its hot-path share of calls goes from 0 to most of them, with "
-        "no latency target (seed 004)",
-        drift=("shared_operation", "batch_shrinking"),
+        "no latency target; and a quarter of the last day's runs meet a document not ready yet and "
+        "retry the whole batch (seed 004)",
+        drift=("shared_operation", "batch_shrinking", "whole_batch_retry"),
     ),
 }
 
@@ -1287,9 +1289,10 @@ def _digest_llm() -> _Llm:
     )
 
 
-def _summarize_document(b: _Trace, parent: Span, t: int) -> int:
+def _summarize_document(b: _Trace, parent: Span, t: int, *, bad: bool = False) -> int:
     """``summarize_document``: the one function the batch job and (g)'s endpoint share; its span
-    carries the code attributes, and the model call it makes."""
+    carries the code attributes, and the model call it makes. A ``bad`` document (its text not
+    extracted yet) raises before the model call: the span records the exception."""
     name, namespace = _DIGEST_FUNCTION
     span = b.start(
         name,
@@ -1298,9 +1301,23 @@ def _summarize_document(b: _Trace, parent: Span, t: int) -> int:
         attributes={"code.function.name": name, "code.namespace": namespace},
     )
     t = b.db("SELECT", "documents", span, t + b.gap(), _lognormal_ns(b.rng, 4, 0.4)) + b.gap()
+    if bad:
+        message = "document has no extracted text yet"
+        span.add_event(
+            "exception", {"exception.type": "ValueError", "exception.message": message}, timestamp=t
+        )
+        span.set_status(Status(StatusCode.ERROR, f"ValueError: {message}"))
+        span.end(end_time=t)
+        return t + b.gap()
     end, _ = b.llm(_digest_llm(), span, t, must_succeed=True)
     span.end(end_time=end + b.gap())
     return end + 2 * b.gap()
+
+
+# Under (g), on the last day, this share of the runs meets a document whose text is not extracted
+# yet: the task calls self.retry() and the retry summarises the whole batch again.
+_DIGEST_BAD_BATCH = 0.25
+_DIGEST_RETRY_S = 60  # self.retry(countdown=60)
 
 
 def _build_digest_run(w: Workload, rng: random.Random, t0: int) -> None:
@@ -1308,20 +1325,44 @@ def _build_digest_run(w: Workload, rng: random.Random, t0: int) -> None:
     publishes from a process without tracing, so the worker's Consumer span is its trace's root. The
     task records its batch size (``messaging.batch.message_count``; Celery sets none) and summarises
     each document in turn. Under (g) the nightly batch becomes hourly runs of 5, then of 3 on the
-    last day."""
+    last day, when a quarter of the runs hit a document not ready yet: the task retries itself
+    (``self.retry``: the same task id published again under the failed run, state RETRY) and the
+    retry summarises the whole batch again, the documents already done included."""
     day = (t0 - w.start_ns) // DAY_NS
+    drifting = "batch_drift" in w.scenarios
     items = _DIGEST_NIGHTLY
-    if "batch_drift" in w.scenarios and day >= 1:
+    if drifting and day >= 1:
         items = 5 if day == 1 else 3
     b = _Trace(w, "digest-worker", t0, rng)
     task_id = _task_id(rng)
+    bad = rng.randrange(items) if drifting and day >= 2 and rng.random() < _DIGEST_BAD_BATCH else None
     run = b.celery_run(None, t0, _DIGEST_TASK, _DIGEST_QUEUE, task_id, _DIGEST_HOST)
     run.set_attribute("messaging.batch.message_count", items)
     t = t0 + b.gap()
+    for i in range(items):
+        t = _summarize_document(b, run, t, bad=i == bad)
+        if i == bad:
+            break
+    if bad is None:
+        run.set_attribute("celery.state", "SUCCESS")
+        run.end(end_time=t)
+        return
+    error = "ValueError('document has no extracted text yet')"
+    run.set_attribute("celery.retry.reason", f"Retry in {_DIGEST_RETRY_S}s: {error}")
+    producer, published = b.celery_publish(run, t, task_id, _DIGEST_TASK, _DIGEST_QUEUE)
+    run.set_attribute("celery.state", "RETRY")
+    run.end(end_time=published + b.gap())
+    c0 = published + _DIGEST_RETRY_S * _S + int(rng.expovariate(2.0) * _S)
+    if c0 >= w.end_ns:
+        return  # the retry is still waiting at the end
+    rb = _Trace(w, "digest-worker", c0, rng)
+    retry = rb.celery_run(producer, c0, _DIGEST_TASK, _DIGEST_QUEUE, task_id, _DIGEST_HOST, retries=1)
+    retry.set_attribute("messaging.batch.message_count", items)
+    t = c0 + rb.gap()
     for _ in range(items):
-        t = _summarize_document(b, run, t)
-    run.set_attribute("celery.state", "SUCCESS")
-    run.end(end_time=t)
+        t = _summarize_document(rb, retry, t)
+    retry.set_attribute("celery.state", "SUCCESS")
+    retry.end(end_time=t)
 
 
 def _build_digest_request(w: Workload, rng: random.Random, t0: int) -> None:

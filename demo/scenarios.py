@@ -465,6 +465,11 @@ def _drift_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, 
                 f"{e.get('runs_per_day_then', 0):.0f} run/day of {e.get('items_per_run_then', 0):.0f} → "
                 f"{e.get('runs_per_day_now', 0):.0f} of {e.get('items_per_run_now', 0):.0f}"
             )
+        elif f.kind == "whole_batch_retry":
+            what = (
+                f"{e.get('items_reprocessed_per_failed_item', 0):.0f} items reprocessed per failed item, "
+                f"{e.get('retried_jobs', 0)} retried jobs"
+            )
         else:
             what = f.operation or f.queue
         release = f" with {f.since_release}" if f.since_release else ""

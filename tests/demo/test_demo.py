@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -462,6 +463,15 @@ def test_batch_drift_is_scored_from_the_drift_report(tmp_path: Path) -> None:
         items_per_run_now=3.0,
     )
 
+    retried = _drift_finding(
+        "whole_batch_retry",
+        "digest-worker",
+        "run/digests.summarize_batch",
+        last_day,
+        items_reprocessed_per_failed_item=3.0,
+        retried_jobs=6,
+    )
+
     def run(*findings: DriftFinding, read: bool = True) -> ScenarioOutcome:
         analysis = _analysis()
         if read:
@@ -469,19 +479,20 @@ def test_batch_drift_is_scored_from_the_drift_report(tmp_path: Path) -> None:
         outcomes, _ = match_alerts([], ("batch_drift",), {}, tmp_path, analysis)
         return next(o for o in outcomes if o.scenario == "batch_drift")
 
-    o = run(shared, batch)
+    o = run(shared, batch, retried)
     assert o.ok and o.caught and o.scored and o.expected_kind is None
-    assert run(replace(shared, since_release="0.3.0"), batch).evidence.startswith(
+    assert run(replace(shared, since_release="0.3.0"), batch, retried).evidence.startswith(
         "shared_operation since 11-29 with 0.3.0: hot share"
     )
     assert o.evidence == (
         "shared_operation since 11-29: hot share 0% → 84%, hot p99 1.8 s; "
-        "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3"
+        "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3; "
+        "whole_batch_retry since 11-29: 3 items reprocessed per failed item, 6 retried jobs"
     )
     assert o.where.endswith("drift.html")
-    # The shared function found from another day, only one of the two kinds, or no report: not it.
-    assert not run(replace(shared, since=END - timedelta(days=2)), batch).ok
-    assert not run(shared).ok and not run(batch).ok
+    # The shared function found from another day, a kind missing, or no report: not it.
+    assert not run(replace(shared, since=END - timedelta(days=2)), batch, retried).ok
+    assert not run(shared, batch).ok and not run(batch, retried).ok and not run(shared, retried).ok
     assert not run().caught and run().evidence == "no drift finding"
     unread = run(read=False)
     assert not unread.scored and unread.evidence == "no drift report with the analysis"
@@ -553,8 +564,10 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     # The endpoint arrived with digest-api 0.3.0 (first seen that day); the hourly schedule with no
     # new version of digest-worker.
     assert drift.startswith("shared_operation since 11-29 with 0.3.0: hot share 0% → "), drift
-    assert "batch_shrinking since 11-28: 1 run/day of 120 → 24 of 3" in drift
+    # Runs now: the 24 hourly ones and their retries (a retry is a run of the batch too).
+    assert re.search(r"batch_shrinking since 11-28: 1 run/day of 120 → (2[4-9]|3[0-6]) of 3;", drift), drift
     assert "no_latency_target since 11-29 with 0.3.0: POST /summaries/now" in drift
+    assert "whole_batch_retry since 11-29: 3 items reprocessed per failed item" in drift
     assert by["batch_drift"]["alerts"] == [] and by["batch_drift"]["where"].endswith("drift.html")
     drift_page = (out / "dashboards" / "drift.html").read_text(encoding="utf-8")
     assert "summarize_document (digests.summaries.summarize_document) serves both" in drift_page

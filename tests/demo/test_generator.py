@@ -654,10 +654,11 @@ def test_migration_switched_off_is_a_plain_sync_endpoint(healthy: Traffic) -> No
 
 
 def _digest_days(traffic: Traffic) -> dict[int, dict[str, Any]]:
-    """Per simulated day: digest-worker's runs (their batch sizes, each the run's number of
-    summarize_document children) and the summarize_document calls under a request (hot)."""
+    """Per simulated day: digest-worker's scheduled runs (their batch sizes), their retries (the
+    batch size and the documents each summarised again), and the summarize_document calls under a
+    request (hot)."""
     start = traffic.workload.start_ns
-    days: dict[int, dict[str, Any]] = defaultdict(lambda: {"sizes": [], "hot": 0})
+    days: dict[int, dict[str, Any]] = defaultdict(lambda: {"sizes": [], "hot": 0, "retries": []})
     for span in traffic.spans:
         if span.name != "summarize_document":
             continue
@@ -669,26 +670,46 @@ def _digest_days(traffic: Traffic) -> dict[int, dict[str, Any]]:
             assert (_service(root), root.name) == ("digest-api", "POST /summaries/now")
             day["hot"] += 1
     for span in traffic.spans:
-        if span.name == "run/digests.summarize_batch":
-            assert span.parent is None and span.kind is SpanKind.CONSUMER  # beat publishes untraced
-            size = int(str(span.attributes["messaging.batch.message_count"]))
-            calls = [k for k in traffic.children[span.context.span_id] if k.name == "summarize_document"]
-            assert len(calls) == size
-            days[(_start(span) - start) // DAY_NS]["sizes"].append(size)
+        if span.name != "run/digests.summarize_batch":
+            continue
+        size = int(str(span.attributes["messaging.batch.message_count"]))
+        calls = [k for k in traffic.children[span.context.span_id] if k.name == "summarize_document"]
+        day = days[(_start(list(traffic.ancestors(span))[-1] if span.parent else span) - start) // DAY_NS]
+        if span.parent is None:
+            # Celery beat publishes untraced: the scheduled run is its trace's root.
+            assert span.kind is SpanKind.CONSUMER
+            day["sizes"].append(size)
+            failed = [k for k in calls if k.status.status_code is StatusCode.ERROR]
+            if span.attributes["celery.state"] == "RETRY":
+                # The bad document is the last one it tried.
+                assert len(failed) == 1 and calls[-1] is failed[0] and len(calls) <= size
+            else:
+                assert span.attributes["celery.state"] == "SUCCESS" and not failed and len(calls) == size
+        else:
+            # self.retry(): the same task id, under the failed run's publish; the whole batch again.
+            producer = traffic.by_id[span.parent.span_id]
+            failed_run = traffic.by_id[producer.parent.span_id]  # type: ignore[union-attr]
+            assert producer.kind is SpanKind.PRODUCER and failed_run.attributes["celery.state"] == "RETRY"
+            assert span.attributes["messaging.message.id"] == failed_run.attributes["messaging.message.id"]
+            day["retries"].append((size, len(calls)))
     return dict(days)
 
 
 def test_batch_drift_ground_truth(everything: Traffic, healthy: Traffic) -> None:
-    # (g): nightly, then hourly runs of 5, then of 3 with the synchronous endpoint on the last day.
+    # (g): nightly, then hourly runs of 5, then of 3 with the synchronous endpoint on the last day,
+    # when about a quarter of the runs retry their whole batch.
     days = _digest_days(everything)
     assert [days[d]["sizes"] for d in range(3)] == [[120], [5] * 24, [3] * 24]
     assert days[0]["hot"] == days[1]["hot"] == 0
     assert days[2]["hot"] > 0.5 * 400 * SCALE
+    assert days[0]["retries"] == days[1]["retries"] == []
+    assert 2 <= len(days[2]["retries"]) <= 12 and set(days[2]["retries"]) == {(3, 3)}
     requests = [r for w, r, _ in everything.roots("digest-api", "POST /summaries/now")]
     assert requests and all(_start(r) >= everything.current[0] for r in requests)
-    # Switched off: a stable nightly job, nobody else calls its function.
-    assert {d: v["sizes"] for d, v in _digest_days(healthy).items()} == {0: [120], 1: [120], 2: [120]}
-    assert all(v["hot"] == 0 for v in _digest_days(healthy).values())
+    # Switched off: a stable nightly job, nobody else calls its function, nothing retried.
+    quiet = _digest_days(healthy)
+    assert {d: v["sizes"] for d, v in quiet.items()} == {0: [120], 1: [120], 2: [120]}
+    assert all(v["hot"] == 0 and v["retries"] == [] for v in quiet.values())
 
 
 def test_a_switched_off_scenario_leaves_the_other_services_untouched(healthy: Traffic) -> None:
