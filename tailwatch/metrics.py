@@ -205,6 +205,27 @@ _SPECS: dict[str, _Spec] = {
             ("provider", "model"),
         ),
         _Spec("tailwatch_llm_tokens", "LLM tokens in the analysis window.", ("provider", "model")),
+        _Spec(
+            "tailwatch_llm_time_to_first_token_seconds",
+            "Time to first token of a model's calls in the analysis window (quantile 0.5 and 0.99; "
+            "source attribute, or estimated from duration against output tokens: 0.5 only).",
+            ("provider", "model", "quantile", "source"),
+        ),
+        _Spec(
+            "tailwatch_llm_seconds_per_output_token",
+            "Median generation time per output token of a model's calls in the analysis window.",
+            ("provider", "model"),
+        ),
+        _Spec(
+            "tailwatch_llm_cached_input_ratio",
+            "Input tokens read from the prompt cache over input tokens in the analysis window.",
+            ("provider", "model"),
+        ),
+        _Spec(
+            "tailwatch_llm_cost_usd_per_day",
+            "What a model's calls of the analysis window cost, per day (absent without its price).",
+            ("provider", "model"),
+        ),
     )
 }
 
@@ -383,6 +404,21 @@ def analysis_families(
         b("tailwatch_llm_call_retry_ratio").row([(key, r["retry_rate"])])
         b("tailwatch_llm_call_cold_ratio").row([(key, r["cold_share"])])
         b("tailwatch_llm_tokens").row([(key, r["tokens"])])
+
+    anatomy = getattr(analysis, "llm_anatomy", None)  # absent from runs that predate it
+    for r in [] if anatomy is None else _rows(anatomy, ["calls", "provider", "model"], [True, False, False]):
+        key = (_label(r["provider"]), _label(r["model"]))
+        source = _label(r["ttft_source"])
+        if source:
+            b("tailwatch_llm_time_to_first_token_seconds").row(
+                [
+                    ((*key, "0.5", source), _seconds(r["ttft_p50_ms"])),
+                    ((*key, "0.99", source), _seconds(r["ttft_p99_ms"])),
+                ]
+            )
+        b("tailwatch_llm_seconds_per_output_token").row([(key, _seconds(r["ms_per_output_token_p50"]))])
+        b("tailwatch_llm_cached_input_ratio").row([(key, r["cached_input_ratio"])])
+        b("tailwatch_llm_cost_usd_per_day").row([(key, r["cost_per_day"])])
     return b.metrics(), b.dropped()
 
 

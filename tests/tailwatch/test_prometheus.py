@@ -658,3 +658,43 @@ def _check_the_grafana_dashboard(prom: Any, api: str, auth: dict[str, str], p99_
     ):
         page = httpx.get(url, headers=auth, timeout=120, follow_redirects=True)
         assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), url
+
+
+def test_the_model_call_anatomy_is_exposed_with_its_source_and_no_cost_without_a_price() -> None:
+    rows = [
+        _row(
+            "llm_anatomy",
+            provider="openai",
+            model="gpt-4o",
+            calls=100,
+            ttft_p50_ms=410.0,
+            ttft_p99_ms=1600.0,
+            ttft_source="attribute",
+            ms_per_output_token_p50=20.0,
+            cached_input_ratio=0.25,
+            cost_per_day=12.5,
+        ),
+        _row(
+            "llm_anatomy",
+            provider="anthropic",
+            model="claude-sonnet-4",
+            calls=50,
+            ttft_p50_ms=700.0,
+            ttft_source="estimated",
+            ms_per_output_token_p50=15.0,
+        ),
+    ]
+    exposed = _families(_analysis(llm_anatomy=rows))
+    ttft = exposed["tailwatch_llm_time_to_first_token_seconds"]
+    gpt = {("provider", "openai"), ("model", "gpt-4o"), ("source", "attribute")}
+    assert ttft[frozenset(gpt | {("quantile", "0.5")})] == 0.41
+    assert ttft[frozenset(gpt | {("quantile", "0.99")})] == 1.6
+    claude = {("provider", "anthropic"), ("model", "claude-sonnet-4"), ("source", "estimated")}
+    # An estimate has a median fixed part only.
+    assert set(ttft) == {frozenset(gpt | {("quantile", q)}) for q in ("0.5", "0.99")} | {
+        frozenset(claude | {("quantile", "0.5")})
+    }
+    per_token = exposed["tailwatch_llm_seconds_per_output_token"]
+    assert per_token[frozenset({("provider", "anthropic"), ("model", "claude-sonnet-4")})] == 0.015
+    cost = exposed["tailwatch_llm_cost_usd_per_day"]
+    assert cost == {frozenset({("provider", "openai"), ("model", "gpt-4o")}): 12.5}
