@@ -57,6 +57,8 @@ The traffic (all numbers per simulated day at ``scale=1``)::
                                           last day's retried whole after a bad document
     digest-api     POST /summaries/now   400  only under (g), on the last day: summarize_document
                                           called synchronously for one document
+    writer-api     POST /draft       600  a streamed chat gpt-4o call (time to first chunk recorded);
+                                          under (h) release 3.1.0 triples its prompt
 
     service          HTTP conventions  GenAI provider attribute  server framework
     chat-api         old               gen_ai.system             FastAPI (receive/send spans)
@@ -70,6 +72,7 @@ The traffic (all numbers per simulated day at ``scale=1``)::
     notes-worker     new (httpx)       gen_ai.provider.name      Celery worker
     digest-api       new               gen_ai.provider.name      FastAPI (receive/send spans)
     digest-worker    new (httpx)       gen_ai.provider.name      Celery worker (beat not traced)
+    writer-api       new               gen_ai.provider.name      FastAPI (receive/send spans)
 
 The timeline: the simulated period is ``[end - 3d, end)``; every scenario changes the system at
 ``end - 1d``, so the last day is each scenario's *current* window and the day before it a clean
@@ -145,6 +148,7 @@ Scenario = Literal[
     "llm_slowdown",
     "hot_cold_migration",
     "batch_drift",
+    "prompt_growth",
 ]
 SCENARIOS: tuple[Scenario, ...] = get_args(Scenario)
 FileFormat = Literal["protobuf", "jsonl"]
@@ -198,6 +202,8 @@ class ScenarioInfo:
     # The architecture drift the scenario must show (kinds of analytics.drift findings), read from
     # the analysis' drift report rather than from an alert.
     drift: tuple[str, ...] = ()
+    # The cause inside an ``llm`` verdict the analysis must name (analytics.llm_anatomy).
+    llm_cause: str | None = None
 
 
 # Scenario (f): notes-api moves its summaries off the hot path behind this flag. Internal users
@@ -270,7 +276,10 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "p99_regression",
         "llm",
         "attribution",
-        "anthropic's claude-sonnet-4 gets slower; support-bot's code and traffic are unchanged",
+        "anthropic's claude-sonnet-4 generates each output token about five times slower; support-bot's "
+        "code, prompts and traffic are unchanged (non-streamed calls: the time per token is estimated "
+        "from duration against output tokens)",
+        llm_cause="provider_generation",
     ),
     "hot_cold_migration": ScenarioInfo(
         "hot_cold_migration",
@@ -303,6 +312,20 @@ SCENARIO_INFO: Mapping[Scenario, ScenarioInfo] = {
         "no latency target; and a quarter of the last day's runs meet a document not ready yet and "
         "retry the whole batch (seed 004)",
         drift=("shared_operation", "batch_shrinking", "whole_batch_retry"),
+    ),
+    "prompt_growth": ScenarioInfo(
+        "prompt_growth",
+        "h",
+        "release 3.1.0 triples the prompt",
+        "writer-api",
+        "POST /draft",
+        "p99_regression",
+        "llm",
+        "attribution",
+        "writer-api 3.1.0 puts the user's whole document history in the system prompt: input tokens "
+        "triple, the streamed gpt-4o calls' time to first token (prefill) more than doubles at the "
+        "same output length and generation speed; our change, not the provider's",
+        llm_cause="longer_prompts",
     ),
 }
 
@@ -474,6 +497,7 @@ _PROFILES: Mapping[str, _Profile] = {
     "notes-worker": _Profile(old_http=False, genai_system=False),
     "digest-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
     "digest-worker": _Profile(old_http=False, genai_system=False),
+    "writer-api": _Profile(old_http=False, genai_system=False, framework="fastapi"),
 }
 
 
@@ -537,6 +561,12 @@ class _Llm:
     # the last chunk. A stream that stalls is not retried by the SDK: the call fails (ReadTimeout).
     stream: bool = False
     p_stall: float = 0.0
+    # The call's anatomy, when set: the time to first token (median at ``input_tokens``; prefill
+    # grows with the prompt: 40% fixed, 60% in proportion to the input tokens) plus each output
+    # token at ``ms_per_token`` (jittered by ``token_sigma``), instead of one lognormal total.
+    ttft_ms: float | None = None
+    ms_per_token: float = 0.0
+    token_sigma: float = 0.15
 
 
 class _Trace:
@@ -775,12 +805,24 @@ class _Trace:
     def _answer(self, call: Span, llm: _Llm, t: int, *, stall: bool) -> tuple[int, bool]:
         """The attempt that got a 200, and the rest of the call (the body, or the stream)."""
         rng = self.rng
-        total = _lognormal_ns(rng, llm.median_ms, llm.sigma)
         input_tokens = int(llm.input_tokens * rng.uniform(0.7, 1.3))
         output_tokens = int(llm.output_tokens * rng.uniform(0.6, 1.4))
+        if llm.ttft_ms is not None:
+            prefill = 0.4 + 0.6 * input_tokens / llm.input_tokens
+            first = _lognormal_ns(rng, llm.ttft_ms * prefill, llm.sigma)
+            per_token = llm.ms_per_token * rng.lognormvariate(0.0, llm.token_sigma)
+            total = first + int(output_tokens * per_token * _MS)
+        else:
+            total = _lognormal_ns(rng, llm.median_ms, llm.sigma)
+            first = None
         if llm.stream:
             # The response headers arrive before the first token; the stream takes the rest.
-            headers = min(int(total * 0.9), _lognormal_ns(rng, 350, 0.35))
+            headers = min(int((total if first is None else first) * 0.9), _lognormal_ns(rng, 350, 0.35))
+            if not self.profile.genai_system:
+                # util-genai times the first chunk from the invocation's start (retries included).
+                arrives = headers + _uniform_ns(rng, 20, 120) if first is None else max(first, headers)
+                ttfc = t - _start_of(call) + min(arrives, total)
+                call.set_attribute("gen_ai.response.time_to_first_chunk", ttfc / _S)
             t = self._http_attempt(call, llm, t, headers, 200)
             streamed = total - headers
         else:
@@ -1002,6 +1044,7 @@ class Workload:
             _Source("notes", 800, _build_notes),
             _Source("digest-runs", 24, _build_digest_run, schedule=_digest_schedule),
             _Source("digest", 400, _build_digest_request),
+            _Source("drafts", 600, _build_draft),
         ]
         for source in self._sources:
             # Each service has its own stream: switching a scenario off changes nothing elsewhere.
@@ -1044,6 +1087,8 @@ class Workload:
             "notes-worker": "1.12.0",
             "digest-api": "0.3.0",
             "digest-worker": "0.3.0",
+            # (h) ships with the release that grew the prompt.
+            "writer-api": "3.1.0" if self.on("prompt_growth", at_ns) else "3.0.0",
         }[service]
 
     @property
@@ -1434,10 +1479,15 @@ def _build_support(w: Workload, rng: random.Random, t0: int) -> None:
         provider="anthropic",
         model="claude-sonnet-4",
         server="api.anthropic.com",
-        median_ms=700 * (2.4 if slow else 1.0),
-        sigma=0.45 if slow else 0.3,
+        median_ms=700,
+        sigma=0.3,
         input_tokens=2500,
         output_tokens=300,
+        # About 300 ms to the first token and 1.3 ms per output token; under (e) each token takes
+        # five times as long, the first one does not.
+        ttft_ms=300,
+        ms_per_token=1.33 * (5.5 if slow else 1.0),
+        token_sigma=0.35 if slow else 0.15,
     )
     end, ok = b.llm(llm, root, t)
     t = end + b.gap()
@@ -1445,6 +1495,33 @@ def _build_support(w: Workload, rng: random.Random, t0: int) -> None:
     escalate = rng.random() < 0.1
     if escalate:
         t = _escalate(w, b, rng, root, t) + b.gap()
+    b.finish_http(root, t, 200 if ok else 500)
+
+
+def _build_draft(w: Workload, rng: random.Random, t0: int) -> None:
+    """writer-api POST /draft: a streamed chat gpt-4o call (util-genai records its time to first
+    chunk); under (h) release 3.1.0 sends three times the prompt."""
+    b = _Trace(w, "writer-api", t0, rng)
+    root, t = b.server("POST", "/draft", t0)
+    t = b.auth(root, t) + b.gap()
+    t = b.db("SELECT", "documents", root, t, _lognormal_ns(rng, 6, 0.4)) + b.gap()
+    grown = w.on("prompt_growth", t0)
+    llm = _Llm(
+        provider="openai",
+        model="gpt-4o",
+        server="api.openai.com",
+        median_ms=1600,
+        sigma=0.3,
+        input_tokens=1500 * (3 if grown else 1),
+        output_tokens=120,
+        stream=True,
+        # The first token's median at the call's input tokens: 600 ms at 1,500; at three times the
+        # prompt 40% of it stays fixed and 60% (prefill) triples.
+        ttft_ms=600 * ((0.4 + 0.6 * 3) if grown else 1.0),
+        ms_per_token=8.0,
+    )
+    end, ok = b.llm(llm, root, t)
+    t = end + b.gap()
     b.finish_http(root, t, 200 if ok else 500)
 
 

@@ -437,9 +437,22 @@ def _hot_path_evidence(name: Scenario, info: ScenarioInfo, analysis: Analysis) -
     if name == "noisy_neighbour":
         # A noisy batch neighbour, not a slow provider: cold work now shares the model.
         return f"{top}; cold share of {model} {_pct_pair(before, after)}", rising
+    cause_text, cause_ok = _llm_cause_evidence(info, analysis)
     if name == "llm_slowdown":
-        return f"{top}; cold share {_pct_pair(before, after)}", not rising
-    return top, True
+        return f"{top}; cold share {_pct_pair(before, after)}{cause_text}", not rising and cause_ok
+    return f"{top}{cause_text}", cause_ok
+
+
+def _llm_cause_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool]:
+    """Which part of the model call moved (the attribution row's ``llm_cause``), for a scenario that
+    expects one: the text to append and whether it is the expected cause."""
+    if info.llm_cause is None:
+        return "", True
+    rows = _target(analysis.attribution, info)
+    if rows.is_empty() or "llm_cause" not in rows.columns or rows["llm_cause"][0] is None:
+        return "; cause inside llm not found", False
+    row = rows.row(0, named=True)
+    return f"; {row['llm_cause_text']}", row["llm_cause"] == info.llm_cause
 
 
 def _drift_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, bool]:
@@ -449,7 +462,10 @@ def _drift_evidence(info: ScenarioInfo, analysis: Analysis) -> tuple[str, bool, 
     report = analysis.drift
     if report is None:
         return "no drift report with the analysis", False, False
-    mine = list(report.findings)
+    # Another scenario's service can drift too (h's prompt raises its tokens per request): its
+    # findings are that scenario's, not this one's.
+    others = {i.service for i in SCENARIO_INFO.values() if i.name != info.name}
+    mine = [f for f in report.findings if f.service not in others]
     if not mine:
         return "no drift finding", False, True
     parts = []
