@@ -186,7 +186,13 @@ class Conventions:
         "First Token Stream Event",
     )
     # A streamed call: one of these attributes is true (or the call has a first-token time).
-    streaming_attributes: tuple[str, ...] = ("gen_ai.request.stream", "llm.is_streaming")
+    # (OpenLLMetry writes gen_ai.is_streaming, llm.is_streaming before; the Anthropic SDK's own
+    # spans gen_ai.request.stream.)
+    streaming_attributes: tuple[str, ...] = (
+        "gen_ai.request.stream",
+        "gen_ai.is_streaming",
+        "llm.is_streaming",
+    )
     # Spans of a trace may start after the analysis window closes (the request began inside it):
     # per-trace reductions read this much past the end.
     trace_margin: timedelta = timedelta(minutes=5)
@@ -711,6 +717,8 @@ TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_
 INPUT_TOKENS = f"toUInt64OrZero({_first('cv_in_toks')})"
 OUTPUT_TOKENS = f"toUInt64OrZero({_first('cv_out_toks')})"
 CACHED_INPUT_TOKENS = f"toUInt64OrZero({_first('cv_cached_toks')})"
+# Whether a span reports its cached input tokens at all (0 is a report; no attribute is none).
+REPORTS_CACHE = f"({_first('cv_cached_toks')} != '')"
 # Time to first token (ns, NULL when unknown): the attribute (seconds), else the first named event.
 _TTFT_EVENT_NS = (
     "arrayMin(arrayMap(t -> toUnixTimestamp64Nano(t) - toUnixTimestamp64Nano(Timestamp), "

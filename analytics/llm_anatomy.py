@@ -97,6 +97,7 @@ ANATOMY_TOTALS_SCHEMA: dict[str, Any] = {
     "input_tokens": pl.Int64,
     "output_tokens": pl.Int64,
     "cached_tokens": pl.Int64,
+    "cached_calls": pl.Int64,  # calls that report their cached input tokens (0 included)
     "backoff_ns": pl.Int64,
     "throttled_attempts": pl.Int64,
     "attempts": pl.Int64,
@@ -112,7 +113,8 @@ _SIDE: dict[str, Any] = {
     "ms_per_output_token_p50": pl.Float64,
     "input_tokens_p50": pl.Float64,
     "output_tokens_p50": pl.Float64,
-    "cached_input_ratio": pl.Float64,  # Σ cached input tokens / Σ input tokens
+    # Σ cached input tokens / Σ input tokens; null when no call reports its cached tokens
+    "cached_input_ratio": pl.Float64,
     "cost_per_1k_calls": pl.Float64,  # null without a price for the model
     "cost_per_day": pl.Float64,
     "backoff_ms_per_call": pl.Float64,
@@ -340,7 +342,8 @@ def _side(
         streamed_calls=int(totals["streamed_calls"].sum()) if totals.height else 0,
         input_tokens_p50=_quantile(measure["input"], 0.5),
         output_tokens_p50=_quantile(measure["output"], 0.5),
-        cached_input_ratio=cached / inputs if inputs > 0 else None,
+        # Null, not 0, when no call reports its cache (openai-v2 writes no cached-token attribute).
+        cached_input_ratio=cached / inputs if inputs > 0 and int(totals["cached_calls"].sum()) else None,
         backoff_ms_per_call=float(totals["backoff_ns"].sum()) / 1e6 / calls if calls else None,
         throttle_rate=float(totals["throttled_attempts"].sum()) / attempts if attempts else None,
         sync_calls=int(sync["calls"].sum()) if sync.height else 0,

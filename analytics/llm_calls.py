@@ -72,6 +72,7 @@ CALLS_SCHEMA: dict[str, Any] = {
     "cached_tokens": pl.Int64,
     "streamed_calls": pl.Int64,
     "ttft_ns": pl.Int64,
+    "cached_calls": pl.Int64,  # 1 when a span of the call reports its cached input tokens (0 included)
 }
 
 LLM_CALLS_SCHEMA: dict[str, Any] = {
@@ -183,7 +184,15 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
         return spans
     kept = (
         siblings.with_columns(
-            pl.col("tokens", "input_tokens", "output_tokens", "cached_tokens", "ttft_ns", "streamed")
+            pl.col(
+                "tokens",
+                "input_tokens",
+                "output_tokens",
+                "cached_tokens",
+                "ttft_ns",
+                "streamed",
+                "reports_cache",
+            )
             .max()
             .over("_mirror")
         )
@@ -202,7 +211,14 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
     A call's provider and model are the first non-empty ones of its spans (OpenInference leaves
     the model off a call that failed). Pure."""
     # Span frames built before the anatomy columns existed (a caller's own) read as calls without it.
-    anatomy = {"input_tokens": 0, "output_tokens": 0, "cached_tokens": 0, "ttft_ns": None, "streamed": False}
+    anatomy = {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cached_tokens": 0,
+        "ttft_ns": None,
+        "streamed": False,
+        "reports_cache": False,
+    }
     spans = llm_spans.filter(pl.col("is_llm")).with_columns(
         pl.lit(v, LLM_SPANS_SCHEMA[k]).alias(k) for k, v in anatomy.items() if k not in llm_spans.columns
     )
@@ -230,6 +246,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             "cached_tokens",
             "ttft_ns",
             "streamed",
+            "reports_cache",
             (pl.col("sync") & pl.col("trace_key").is_in(hot_traces.implode())).alias("sync"),
         ).join(attempts, on="span_key", how="left")
     )
@@ -255,6 +272,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
         "cached_tokens",
         pl.col("streamed").cast(pl.Int64).alias("streamed_calls"),
         "ttft_ns",
+        pl.col("reports_cache").cast(pl.Int64).alias("cached_calls"),
     )
     multi = spans.filter(repeated).sort("call_key", "start_ns")
     retries_previous = (
@@ -286,6 +304,7 @@ def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: p
             pl.col("streamed").any().cast(pl.Int64).alias("streamed_calls"),
             # The attempt that answered: the last span's first token (retries before it are backoff).
             pl.col("ttft_ns").last(),
+            pl.col("reports_cache").any().cast(pl.Int64).alias("cached_calls"),
         )
         .select(single.columns)
     )

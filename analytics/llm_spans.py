@@ -55,6 +55,7 @@ from analytics.conventions import (
     OUTPUT_TOKENS,
     PATH,
     PROVIDER,
+    REPORTS_CACHE,
     RESEND,
     STREAMED,
     THROTTLED,
@@ -123,6 +124,7 @@ LLM_SPANS_SCHEMA: dict[str, Any] = {
     "cached_tokens": pl.Int64,
     "ttft_ns": pl.Int64,
     "streamed": pl.Boolean,
+    "reports_cache": pl.Boolean,  # the span carries a cached-input-token attribute (0 included)
 }
 
 # Repeated strings travel as Arrow dictionaries and arrive as Polars categoricals. In the query's own
@@ -177,7 +179,8 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        toInt64(if(is_llm, {OUTPUT_TOKENS}, 0)) AS output_tokens,
        toInt64(if(is_llm, {CACHED_INPUT_TOKENS}, 0)) AS cached_tokens,
        if(is_llm, {FIRST_TOKEN_NS}, NULL) AS ttft_ns,
-       is_llm AND (ttft_ns IS NOT NULL OR {STREAMED}) AS streamed
+       is_llm AND (ttft_ns IS NOT NULL OR {STREAMED}) AS streamed,
+       is_llm AND {REPORTS_CACHE} AS reports_cache
 FROM {table}
 PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW} OR {MAYBE_BOUNDARY} OR {MAYBE_HTTP_CLIENT}
 WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow OR is_boundary OR is_attempt)

@@ -219,6 +219,7 @@ _SUMS = (
     "output_tokens",
     "cached_tokens",
     "streamed_calls",
+    "cached_calls",
 )
 # The logical LLM calls summed per provider, model and path: per minute as kept, per window as read.
 _CALL_SUMS: dict[str, Any] = {

@@ -94,7 +94,8 @@ _TABLES: tuple[tuple[str, str, str, str], ...] = (
     output_tokens Int64,
     cached_tokens Int64,
     streamed_calls Int64,
-    ttft_ns Nullable(Int64)""",
+    ttft_ns Nullable(Int64),
+    cached_calls Int64""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -198,7 +199,8 @@ _TOP_TABLES: tuple[tuple[str, str, str, str], ...] = (
     input_tokens Int64,
     output_tokens Int64,
     cached_tokens Int64,
-    streamed_calls Int64""",
+    streamed_calls Int64,
+    cached_calls Int64""",
         "(provider, model, start)",
         "cityHash64(provider, model)",
     ),
@@ -344,7 +346,13 @@ def anatomy_columns(ctx: DDLContext) -> list[str]:
     """The calls' tokens, prompt cache, streaming and first token, per call and per minute (tables
     made before the anatomy; fresh stores have the columns from their creation). Minutes summarised
     before read 0 until a build summarises them again (layer 4)."""
-    sums = ("input_tokens Int64", "output_tokens Int64", "cached_tokens Int64", "streamed_calls Int64")
+    sums = (
+        "input_tokens Int64",
+        "output_tokens Int64",
+        "cached_tokens Int64",
+        "streamed_calls Int64",
+        "cached_calls Int64",
+    )
     columns = {CALLS_TABLE: (*sums, "ttft_ns Nullable(Int64)"), CALL_MINUTES_TABLE: sums}
     statements = []
     for table, added in columns.items():

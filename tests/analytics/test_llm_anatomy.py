@@ -62,6 +62,8 @@ def calls(
             "output_tokens": out,
             "cached_tokens": (inp * cached_share).astype(np.int64),
             "streamed_calls": [int(streamed)] * n,
+            # Calls whose spans report their cached input tokens: those of a model that caches.
+            "cached_calls": [int(cached_share > 0)] * n,
             "backoff_ns": [int(backoff_ms * _MS)] * n,
             "throttled_attempts": [0] * n,
             "attempts": [1] * n,
