@@ -73,7 +73,9 @@ FROM (
                        if(total > 2000000000 AND bitShiftRight(h, 50) % 3 = 0, '499', '200')),
             k = 3, map('gen_ai.operation.name', 'chat', 'gen_ai.provider.name', 'openai',
                        'gen_ai.request.model', 'gpt-4o', 'gen_ai.usage.input_tokens', '500',
-                       'gen_ai.usage.output_tokens', '200'),
+                       'gen_ai.usage.output_tokens', '200', 'gen_ai.usage.cache_read.input_tokens', '200',
+                       -- a streamed call: util-genai's time to its first chunk, 30% of the call
+                       'gen_ai.response.time_to_first_chunk', toString(llm * 0.3 / 1e9)),
             k = 2, map('db.system.name', 'postgresql'),
             map()) AS attrs
     FROM numbers({{first:UInt64}}, {{rows:UInt64}})
