@@ -82,10 +82,13 @@ from analytics.hot_path import (
 )
 from analytics.llm_anatomy import (
     LLM_ANATOMY_SCHEMA,
+    LLM_ANATOMY_SERIES_SCHEMA,
     LLM_CAUSE_COLUMNS,
     anatomy_buckets,
+    anatomy_every,
     anatomy_totals,
     llm_anatomy,
+    llm_anatomy_series,
     usd_per_token,
     with_llm_causes,
 )
@@ -141,6 +144,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "llm_signals": LLM_SIGNALS_SCHEMA,
     "llm_calls": LLM_CALLS_SCHEMA,
     "llm_anatomy": LLM_ANATOMY_SCHEMA,
+    "llm_anatomy_series": LLM_ANATOMY_SERIES_SCHEMA,
     "boundary": BOUNDARY_SCHEMA,
     "boundary_releases": BOUNDARY_RELEASES_SCHEMA,
     "slices": SLICES_SCHEMA,
@@ -245,6 +249,9 @@ class Analysis:
     llm_calls: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=LLM_CALLS_SCHEMA))
     llm_anatomy: pl.DataFrame = dataclass_field(
         default_factory=lambda: pl.DataFrame(schema=LLM_ANATOMY_SCHEMA)
+    )
+    llm_anatomy_series: pl.DataFrame = dataclass_field(
+        default_factory=lambda: pl.DataFrame(schema=LLM_ANATOMY_SERIES_SCHEMA)
     )
     boundary: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=BOUNDARY_SCHEMA))
     boundary_releases: pl.DataFrame = dataclass_field(
@@ -688,6 +695,7 @@ def analyze(
                 conv.llm_prices,
                 _window_days(windows),
             ),
+            anatomy_series=llm_anatomy_series(_series_buckets(calls, anatomy_every(every))),
             conv=conv,
         ),
     )
@@ -715,6 +723,7 @@ def _frames(
     what_if_rows: pl.DataFrame,
     hedges: pl.DataFrame,
     anatomy: pl.DataFrame,
+    anatomy_series: pl.DataFrame,
     conv: Conventions,
 ) -> dict[str, pl.DataFrame]:
     return dict(
@@ -734,6 +743,7 @@ def _frames(
         llm_signals=signals,
         llm_calls=llm_calls_summary(calls),
         llm_anatomy=anatomy,
+        llm_anatomy_series=anatomy_series,
         boundary=boundary_rows,
         boundary_releases=boundary_releases,
         slices=slice_rows,
@@ -746,6 +756,15 @@ def _what_if_since(windows: Windows, conv: Conventions) -> datetime:
     """Where the what-if options' requests start: the window's most recent ``what_if_horizon`` (or
     ``exact_horizon``, the shorter; they are simulated from request and call rows)."""
     return max(windows.start, windows.end - min(conv.exact_horizon, conv.what_if_horizon))
+
+
+def _series_buckets(calls: pl.DataFrame, every: timedelta) -> pl.DataFrame:
+    """The anatomy histograms of the current window's calls per time bucket of ``every``."""
+    every_ns = int(every.total_seconds()) * 1_000_000_000
+    current = calls.filter(pl.col("window") == "current").with_columns(
+        ((pl.col("start_ns") // every_ns) * every_ns).alias("bucket_ns")
+    )
+    return anatomy_buckets(current, ["bucket_ns", "provider", "model"])
 
 
 def _window_days(windows: Windows) -> tuple[float, float]:
@@ -938,6 +957,10 @@ class _FromSummaries:
     @cached_property
     def llm_calls(self) -> pl.DataFrame:
         return llm_calls_summary(self.inputs.calls)
+
+    @cached_property
+    def llm_anatomy_series(self) -> pl.DataFrame:
+        return llm_anatomy_series(self.inputs.anatomy_series_buckets(anatomy_every(self.every)))
 
     @cached_property
     def llm_anatomy(self) -> pl.DataFrame:

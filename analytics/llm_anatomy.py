@@ -23,8 +23,10 @@ within :data:`analytics.sketch.RELATIVE_ERROR` (0.5%) of the exact ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import numpy as np
@@ -39,14 +41,17 @@ __all__ = [
     "ANATOMY_BUCKETS_SCHEMA",
     "ANATOMY_TOTALS_SCHEMA",
     "LLM_ANATOMY_SCHEMA",
+    "LLM_ANATOMY_SERIES_SCHEMA",
     "LLM_CAUSES",
     "LLM_CAUSE_COLUMNS",
     "LlmCause",
     "anatomy_buckets",
+    "anatomy_every",
     "anatomy_totals",
     "call_cost",
     "fixed_and_per_token",
     "llm_anatomy",
+    "llm_anatomy_series",
     "llm_cause",
     "usd_per_token",
     "with_llm_causes",
@@ -426,6 +431,54 @@ def llm_anatomy(
     if not rows:
         return empty(LLM_ANATOMY_SCHEMA)
     return pl.DataFrame(rows, schema=LLM_ANATOMY_SCHEMA)
+
+
+LLM_ANATOMY_SERIES_SCHEMA: dict[str, Any] = {
+    "provider": pl.String,
+    "model": pl.String,
+    "bucket_start": pl.Datetime("us", "UTC"),
+    "first_token_calls": pl.Int64,  # calls with a recorded first token
+    "ttft_p50_ms": pl.Float64,
+    "ttft_p99_ms": pl.Float64,
+    "ms_per_output_token_p50": pl.Float64,
+    "input_tokens_p50": pl.Float64,
+    "output_tokens_p50": pl.Float64,
+}
+
+
+def anatomy_every(every: timedelta) -> timedelta:
+    """The anatomy series' bucket: the hot path's, rounded up to whole minutes (the per-minute
+    state cannot be cut finer)."""
+    return timedelta(minutes=max(1, math.ceil(every / timedelta(minutes=1))))
+
+
+def llm_anatomy_series(buckets: pl.DataFrame) -> pl.DataFrame:
+    """Per provider, model and time bucket of the current window (``bucket_ns``, from the
+    histograms of :data:`ANATOMY_BUCKETS_SCHEMA`): the measured time to first token, time per output
+    token and token percentiles (:data:`LLM_ANATOMY_SERIES_SCHEMA`; the estimate needs a window's
+    calls, not a bucket's). Pure."""
+    if buckets.is_empty():
+        return empty(LLM_ANATOMY_SERIES_SCHEMA)
+    rows = []
+    for (provider, model, bucket), part in sorted(
+        buckets.partition_by("provider", "model", "bucket_ns", as_dict=True).items(),
+        key=lambda kv: (str(kv[0][0]), str(kv[0][1]), int(kv[0][2])),
+    ):
+        measure = {m: part.filter(pl.col("measure") == m) for m in ("ttft", "tpot", "input", "output")}
+        rows.append(
+            {
+                "provider": provider,
+                "model": model,
+                "bucket_start": datetime.fromtimestamp(int(bucket) // 1_000_000_000, UTC),
+                "first_token_calls": int(measure["ttft"]["n"].sum()),
+                "ttft_p50_ms": _quantile(measure["ttft"], 0.5),
+                "ttft_p99_ms": _quantile(measure["ttft"], 0.99),
+                "ms_per_output_token_p50": _quantile(measure["tpot"], 0.5),
+                "input_tokens_p50": _quantile(measure["input"], 0.5),
+                "output_tokens_p50": _quantile(measure["output"], 0.5),
+            }
+        )
+    return pl.DataFrame(rows, schema=LLM_ANATOMY_SERIES_SCHEMA)
 
 
 # --- the cause inside "llm" ----------------------------------------------------------------------

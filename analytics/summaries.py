@@ -999,27 +999,57 @@ _ANATOMY_CALL_COLUMNS = (
 
 
 def _anatomy_buckets(
-    store: Store, inside: list[tuple[datetime, datetime]], extracted: list[RangeRows], windows: Windows
+    store: Store,
+    inside: list[tuple[datetime, datetime]],
+    extracted: list[RangeRows],
+    windows: Windows,
+    every: timedelta | None = None,
 ) -> pl.DataFrame:
-    """The anatomy histograms of each window's calls: whole minutes merged in ClickHouse from
-    their per-minute histograms (a row per bucket comes back, whatever the traffic), the calls of
-    partly covered minutes and of unsummarised ranges bucketed here the same way — as
-    :func:`_call_totals` reads the sums beside them."""
+    """The anatomy histograms of each window's calls (``window``), or with ``every`` (whole
+    minutes) of the current window's per time bucket (``bucket_ns``, its start): whole minutes merged
+    in ClickHouse from their per-minute histograms (a row per bucket comes back, whatever the
+    traffic), the calls of partly covered minutes and of unsummarised ranges bucketed here the same
+    way — as :func:`_call_totals` reads the sums beside them."""
     bounds = {"s": windows.start, "e": windows.end, "bs": windows.baseline_start, "be": windows.baseline_end}
-    whole, partial = _minute_pieces(inside, list(bounds.values()))
     current = "start >= {s:DateTime64(9)} AND start < {e:DateTime64(9)}"
     baseline = "start >= {bs:DateTime64(9)} AND start < {be:DateTime64(9)}"
-    frames: list[pl.DataFrame] = [empty(_WINDOW_ANATOMY_SCHEMA)]
+    start = pl.col("start_ns")
+    in_current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (
+        start < pl.lit(windows.end).dt.epoch("ns")
+    )
+    in_baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
+        start < pl.lit(windows.baseline_end).dt.epoch("ns")
+    )
+    if every is None:
+        key, key_type = "window", cast(pl.DataType, pl.String())
+        key_sql, inside_sql = f"if({current}, 'current', 'baseline')", f"(({current}) OR ({baseline}))"
+        keep, key_expr = (
+            in_current | in_baseline,
+            pl.when(in_current).then(pl.lit("current")).otherwise(pl.lit("baseline")),
+        )
+        extra: dict[str, Any] = {}
+    else:
+        # Buckets from the epoch, a whole number of minutes long: a minute lies in one of them.
+        every_ns = int(every.total_seconds()) * 1_000_000_000
+        key, key_type = "bucket_ns", pl.Int64()
+        key_sql, inside_sql = (
+            "intDiv(toUnixTimestamp64Nano(start), {every_ns:Int64}) * {every_ns:Int64}",
+            current,
+        )
+        keep, key_expr = in_current, (start // every_ns) * every_ns
+        extra = {"every_ns": every_ns}
+    schema: dict[str, Any] = {key: key_type, **ANATOMY_BUCKETS_SCHEMA}
+    whole, partial = _minute_pieces(inside, list(bounds.values()))
+    frames: list[pl.DataFrame] = [empty(schema)]
     if whole:
         where, params = _in_ranges(whole)
         frames.append(
             normalize(
                 store.query_polars(
-                    f"SELECT if({current}, 'current', 'baseline') AS window, provider, model, measure, key, "
+                    f"SELECT {key_sql} AS {key}, provider, model, measure, key, "
                     f"toInt64(sum(n)) AS n FROM {store.table(AGG_LLM_ANATOMY_TABLE)} "
-                    f"WHERE {where} AND (({current}) OR ({baseline})) "
-                    "GROUP BY window, provider, model, measure, key",
-                    {**params, **bounds},
+                    f"WHERE {where} AND {inside_sql} GROUP BY {key}, provider, model, measure, key",
+                    {**params, **bounds, **extra},
                 )
             )
         )
@@ -1037,21 +1067,11 @@ def _anatomy_buckets(
         )
     calls += [part.calls.select(_ANATOMY_CALL_COLUMNS) for part in extracted]
     rows = pl.concat([_cast(c, {k: STORED_CALLS_SCHEMA[k] for k in _ANATOMY_CALL_COLUMNS}) for c in calls])
-    start = pl.col("start_ns")
-    in_current = (start >= pl.lit(windows.start).dt.epoch("ns")) & (
-        start < pl.lit(windows.end).dt.epoch("ns")
+    frames.append(
+        anatomy_buckets(rows.filter(keep).with_columns(key_expr.alias(key)), [key, "provider", "model"])
     )
-    in_baseline = (start >= pl.lit(windows.baseline_start).dt.epoch("ns")) & (
-        start < pl.lit(windows.baseline_end).dt.epoch("ns")
-    )
-    labelled = rows.filter(in_current | in_baseline).with_columns(
-        pl.when(in_current).then(pl.lit("current")).otherwise(pl.lit("baseline")).alias("window")
-    )
-    frames.append(anatomy_buckets(labelled, ["window", "provider", "model"]))
-    merged = pl.concat(
-        [f.select(list(_WINDOW_ANATOMY_SCHEMA)).cast(pl.Schema(_WINDOW_ANATOMY_SCHEMA)) for f in frames]
-    )
-    return merged.group_by("window", "provider", "model", "measure", "key").agg(pl.col("n").sum())
+    merged = pl.concat([f.select(list(schema)).cast(pl.Schema(schema)) for f in frames])
+    return merged.group_by(key, "provider", "model", "measure", "key").agg(pl.col("n").sum())
 
 
 def _split(
@@ -1144,6 +1164,11 @@ class SummaryInputs:
         """The calls' anatomy histograms per window, provider and model
         (:data:`~analytics.llm_anatomy.ANATOMY_BUCKETS_SCHEMA` with a ``window``)."""
         return _anatomy_buckets(self.store, self.inside, self.extracted, self.windows)
+
+    def anatomy_series_buckets(self, every: timedelta) -> pl.DataFrame:
+        """The current window's anatomy histograms per time bucket of ``every`` (whole minutes),
+        provider and model (with ``bucket_ns``, the bucket's start)."""
+        return _anatomy_buckets(self.store, self.inside, self.extracted, self.windows, every)
 
     @cached_property
     def _workflow_rows(self) -> pl.DataFrame:

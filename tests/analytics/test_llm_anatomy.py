@@ -233,3 +233,29 @@ def test_the_attribution_rows_gain_the_cause_on_llm_verdicts_only() -> None:
     assert out["llm_cause_model"][0] == "gpt-4o"
     assert out.row(0, named=True)["llm_generation_ms"] > 800
     assert "ms per output token" in out["llm_cause_text"][0]
+
+
+def test_the_series_gives_each_bucket_its_own_percentiles() -> None:
+    from datetime import timedelta
+
+    from analytics.llm_anatomy import anatomy_every, llm_anatomy_series
+
+    # The slowdown starts half-way through the hour: the buckets after it show it, those before not.
+    early = calls(1000, seed=20)
+    late = calls(1000, seed=21, ttft_ms=1600.0, start_ns=T0 + 3600 * 1_000_000_000)
+    rows = pl.concat([early, late])
+    every = anatomy_every(timedelta(seconds=100))
+    assert every == timedelta(minutes=2)
+    every_ns = int(every.total_seconds()) * 1_000_000_000
+    keyed = rows.with_columns(((pl.col("start_ns") // every_ns) * every_ns).alias("bucket_ns"))
+    series = llm_anatomy_series(anatomy_buckets(keyed, ["bucket_ns", "provider", "model"]))
+    assert series.height == keyed["bucket_ns"].n_unique()
+    for row in series.iter_rows(named=True):
+        ns = int(row["bucket_start"].timestamp()) * 1_000_000_000
+        part = keyed.filter(pl.col("bucket_ns") == ns)
+        assert row["first_token_calls"] == part.height
+        assert row["ttft_p50_ms"] == pytest.approx(
+            np.quantile(part["ttft_ns"].to_numpy() / 1e6, 0.5), rel=0.005
+        )
+    first, last = series["ttft_p50_ms"][0], series["ttft_p50_ms"][-1]
+    assert last > 3 * first
