@@ -57,7 +57,7 @@ The traffic (all numbers per simulated day at ``scale=1``)::
                                           last day's retried whole after a bad document
     digest-api     POST /summaries/now   400  only under (g), on the last day: summarize_document
                                           called synchronously for one document
-    writer-api     POST /draft       600  a streamed chat gpt-4o call (time to first chunk recorded);
+    writer-api     POST /draft      1000  a streamed chat gpt-4o call (time to first chunk recorded);
                                           under (h) release 3.1.0 triples its prompt
 
     service          HTTP conventions  GenAI provider attribute  server framework
@@ -1044,7 +1044,7 @@ class Workload:
             _Source("notes", 800, _build_notes),
             _Source("digest-runs", 24, _build_digest_run, schedule=_digest_schedule),
             _Source("digest", 400, _build_digest_request),
-            _Source("drafts", 600, _build_draft),
+            _Source("drafts", 1000, _build_draft),
         ]
         for source in self._sources:
             # Each service has its own stream: switching a scenario off changes nothing elsewhere.

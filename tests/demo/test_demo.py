@@ -261,8 +261,12 @@ def test_llm_evidence_tells_a_noisy_neighbour_from_a_slow_provider(tmp_path: Pat
             "delta_ms": delta,
         }
 
-    def run(ask_share: float, reply_share: float) -> dict[str, ScenarioOutcome]:
+    def run(
+        ask_share: float, reply_share: float, reply_cause: str = "provider_generation"
+    ) -> dict[str, ScenarioOutcome]:
+        text = f"{reply_cause.replace('_', ' ')} (the provider): generation 1.3 → 7.7 ms per output token"
         analysis = _analysis(
+            attribution=[{**reply, "verdict": "llm", "llm_cause": reply_cause, "llm_cause_text": text}],
             attribution_spans=[
                 span(ask, "SELECT profiles", "internal", "", 40.0),
                 span(ask, "chat gpt-4o-mini", "llm", "gpt-4o-mini", 1900.0),
@@ -281,8 +285,13 @@ def test_llm_evidence_tells_a_noisy_neighbour_from_a_slow_provider(tmp_path: Pat
     assert (
         by["noisy_neighbour"].evidence == "chat gpt-4o-mini +1.9 s; cold share of openai gpt-4o-mini 0% → 21%"
     )
-    assert by["llm_slowdown"].evidence == "chat claude-sonnet-4 +3.7 s; cold share 0% → 0%"
+    assert by["llm_slowdown"].evidence == (
+        "chat claude-sonnet-4 +3.7 s; cold share 0% → 0%; "
+        "provider generation (the provider): generation 1.3 → 7.7 ms per output token"
+    )
     assert by["noisy_neighbour"].ok and by["llm_slowdown"].ok
+    # The same slowdown read as the provider's first token: not the scenario's cause, not caught.
+    assert not run(ask_share=0.21, reply_share=0.0, reply_cause="provider_first_token")["llm_slowdown"].ok
     by = run(ask_share=0.05, reply_share=0.3)  # the evidence points the other way: both missed
     assert not by["noisy_neighbour"].ok and not by["llm_slowdown"].ok
     assert by["noisy_neighbour"].cause == "llm" and not by["noisy_neighbour"].evidence_ok
@@ -549,6 +558,15 @@ def test_demo_end_to_end_every_scenario_raises_its_alert(tmp_path: Path) -> None
     by = {row["scenario"]: row for row in summary["outcomes"]}
     assert by["internal_regression"]["cause"] == "internal"
     assert by["llm_slowdown"]["cause"] == "llm"
+    # Inside llm: (e) the provider's generation (read from the estimate: its calls are not
+    # streamed), (h) our prompt (its streamed calls record their first token).
+    assert "provider generation (the provider): generation " in by["llm_slowdown"]["evidence"]
+    assert "longer prompts (our change): prompts " in by["prompt_growth"]["evidence"]
+    [grown] = [a for a in alerts if a["labels"].get("service") == "writer-api"]
+    assert (
+        grown["annotations"]["llm_cause"] == "longer_prompts"
+        and grown["annotations"]["llm_cause_owner"] == "ours"
+    )
     assert (
         by["noisy_neighbour"]["cause"] == "llm"
         and "cold share of openai gpt-4o-mini 0% →" in by["noisy_neighbour"]["evidence"]

@@ -42,7 +42,7 @@ SCALE = 0.25
 
 _OLD_HTTP = {"chat-api", "upload-api", "summary-worker", "agent-runner"}
 _GEN_AI_SYSTEM = {"chat-api", "summary-worker"}
-_FASTAPI = {"chat-api", "assistant-api", "notes-api", "digest-api"}
+_FASTAPI = {"chat-api", "assistant-api", "notes-api", "digest-api", "writer-api"}
 
 
 def _service(span: ReadableSpan) -> str:
