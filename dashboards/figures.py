@@ -20,6 +20,7 @@ from dashboards.views.boundary import boundary_figure
 from dashboards.views.cold_path import cold_path_figure
 from dashboards.views.drift import drift_figure
 from dashboards.views.hot_path import hot_path_figure
+from dashboards.views.llm import llm_figure
 from dashboards.views.retries import retries_figure
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "cold_path_figure",
     "drift_figure",
     "hot_path_figure",
+    "llm_figure",
     "retries_figure",
 ]
 
@@ -52,6 +54,7 @@ def build_figures(analysis: Analysis, alerts: pl.DataFrame | None = None) -> dic
         "abandonment": abandonment_figure(analysis),
         "retries": retries_figure(analysis),
         "attribution": attribution_figure(analysis, alerts),
+        "llm": llm_figure(analysis),
         "boundary": boundary_figure(analysis),
         "drift": drift_figure(analysis),
         "alerts": alerts_figure(analysis, alerts),

@@ -26,6 +26,7 @@ from dashboards import style
 from dashboards.views._common import VIEW_TITLES, VIEWS, View, count_of, fmt_ms
 from dashboards.views.alerts import NO_ALERTS_TEXT
 from dashboards.views.drift import no_drift_text
+from dashboards.views.llm import llm_headline
 
 __all__ = [
     "SYNC_LLM_INCREASE",
@@ -50,6 +51,8 @@ VIEW_DESCRIPTIONS: Final[dict[View, str]] = {
     "abandonment": "Share of abandoned requests per 500 ms of latency, 95% intervals, the cliff and p99.",
     "retries": "Retry rate per hop, compounding amplification vs observed, token amplification.",
     "attribution": "The p99 change split into LLM vs internal time, the spans behind it, exemplar traces.",
+    "llm": "Per model: time to first token, time per output token, tokens, cache and cost against the "
+    "baseline; the anatomy of each llm regression, our change or the provider's.",
     "boundary": "Each operation's p99 against its budget, without its sync model calls, the what-if "
     "options against their price, and flag slices.",
     "drift": "Batch jobs drifting into online services: per finding the series by day it rests on.",
@@ -552,6 +555,8 @@ def headline(view: View, analysis: Analysis, alerts: pl.DataFrame | None) -> str
                 for r in over.iter_rows(named=True)
             ]
         )
+    if view == "llm":
+        return llm_headline(analysis)
     if view == "drift":
         report = analysis.drift
         if report is None or not report.findings:

@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 View = Literal[
-    "hot_path", "cold_path", "abandonment", "retries", "attribution", "boundary", "drift", "alerts"
+    "hot_path", "cold_path", "abandonment", "retries", "attribution", "llm", "boundary", "drift", "alerts"
 ]
 VIEWS: Final[tuple[View, ...]] = (
     "hot_path",
@@ -47,6 +47,7 @@ VIEWS: Final[tuple[View, ...]] = (
     "abandonment",
     "retries",
     "attribution",
+    "llm",
     "boundary",
     "drift",
     "alerts",
@@ -57,6 +58,7 @@ VIEW_TITLES: Final[dict[View, str]] = {
     "abandonment": "Abandonment by 500 ms latency bucket",
     "retries": "Retry amplification per hop",
     "attribution": "Regression attribution: LLM vs internal",
+    "llm": "LLM calls: first token, generation, tokens, cache and cost",
     "boundary": "Hot/cold boundary: latency budget, model calls, migration slices",
     "drift": "Architecture drift: batch jobs become online services",
     "alerts": "Alerts: firing and resolved",

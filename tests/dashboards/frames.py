@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import polars as pl
 
 from analytics import FRAME_SCHEMAS, Analysis, DriftFinding, DriftReport
+from tests.dashboards.llm_frames import with_sample_llm
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 HOSTILE_FLAG = '<img src=x onerror="window.__xss=1">'
@@ -399,7 +400,7 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         schema=FRAME_SCHEMAS["slices"],
         orient="row",
     )
-    return Analysis(
+    analysis = Analysis(
         drift=sample_drift(hostile),
         start=START,
         end=END,
@@ -423,6 +424,8 @@ def sample_analysis(hostile: bool = True) -> Analysis:
         attribution_spans=attribution_spans,
         llm_signals=llm_signals,
     )
+    # Two models' call anatomy and the llm verdict's cause, computed by analytics from call rows.
+    return with_sample_llm(analysis, HOSTILE_TEMPLATE if hostile else "claude-sonnet-4")
 
 
 # Extra cost a day (USD) per what-if option of the sample, as with a price table: the hedges pay for
