@@ -152,7 +152,7 @@ COLUMNS: Final = ((0.0, 0.28), (0.36, 0.64), (0.72, 1.0))
 # Regressions or models named on the landing page's line before "and N more".
 HEADLINE_NAMES: Final = 3
 # Characters of a model label before it is cut (the y tick labels sit in the left margin).
-LABEL_CHARS: Final = 36
+LABEL_CHARS: Final = 44
 
 
 def model_label(provider: str | None, model: str | None) -> str:

@@ -37,6 +37,7 @@ EXPECTED_TEXT = {
     "abandonment": [HOSTILE],
     "retries": [HOSTILE_FLAG],
     "attribution": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],
+    "llm": [HOSTILE, HOSTILE_TEMPLATE],
     "boundary": [HOSTILE, HOSTILE_TEMPLATE],
     "drift": [HOSTILE, HOSTILE_FLAG, HOSTILE_TEMPLATE],  # the function, the queue, a release
     "alerts": [HOSTILE, HOSTILE_FLAG],
@@ -169,6 +170,9 @@ def test_pages_exported_from_a_store_render(store: Store, tmp_path: Path) -> Non
             if view == "drift":
                 # An hour of traffic shows no drift over 14 days, and says so.
                 assert "no sign of drift in the 14 days before" in page.dom["svgText"]
+            elif view == "llm":
+                # The builders' model calls; the hostile operations call no model.
+                assert "openai / gpt-4o" in page.dom["svgText"]
             elif view != "alerts":
                 assert HOSTILE in page.dom["svgText"], view
         assert "no alerts in this window" in page.dom["svgText"]
