@@ -58,6 +58,7 @@ def _calls(
             "input_tokens": inp,
             "output_tokens": out,
             "cached_tokens": (inp * cached_share).astype(np.int64),
+            "cached_calls": [1] * n,  # every call reports its cached input tokens (0 included)
             "streamed_calls": [int(streamed)] * n,
             "backoff_ns": [0] * n,
             "throttled_attempts": [0] * n,
