@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import polars as pl
@@ -66,15 +66,7 @@ LlmCause = Literal[
     "more_calls",
     "mixed",
 ]
-LLM_CAUSES: tuple[str, ...] = (
-    "provider_first_token",
-    "provider_generation",
-    "longer_prompts",
-    "longer_outputs",
-    "throttling",
-    "more_calls",
-    "mixed",
-)
+LLM_CAUSES: tuple[str, ...] = get_args(LlmCause)
 # The causes that are the team's own change (the prompt or the request grew), not the provider's.
 OUR_CAUSES = frozenset({"longer_prompts", "longer_outputs", "more_calls"})
 
