@@ -344,7 +344,8 @@ GROUP BY day, service, operation, hot"""
 def retried_runs_sql(table: str) -> str:
     """Per retried job (runs sharing a ``messaging.message.id``, one of them failed) of the runs that
     carry a batch size: each try's start, failure, items, failed items (its direct children with an
-    error status) and whether a hot request's trace holds it (a request waiting on the job)."""
+    error status) and whether a hot request waits on it: the request's trace holds the run (a Celery
+    worker's run below the enqueue), or the run links to it (a consumer in its own trace)."""
     return f"""
 WITH hot_traces AS (
     SELECT DISTINCT cityHash64(TraceId) FROM {table}
@@ -353,7 +354,9 @@ WITH hot_traces AS (
     SELECT cityHash64(TraceId, SpanId) AS run_key, cityHash64(TraceId) AS trace_key, {_DAY} AS day,
            toString(ServiceName) AS service, toString(SpanName) AS operation,
            cityHash64({MESSAGE_ID}) AS message_key, toUnixTimestamp64Nano(Timestamp) AS start_ns,
-           {RUN_FAILED} AS failed, assumeNotNull({BATCH_SIZE}) AS items
+           {RUN_FAILED} AS failed, assumeNotNull({BATCH_SIZE}) AS items,
+           -- A run in its own trace, linked to the producer (messaging semconv): its first link.
+           cityHash64(`Links.TraceId`[1]) AS linked_key
     FROM {table}
     WHERE {_WINDOW} AND ({IS_BOUNDARY} OR (ParentSpanId = '' AND {IS_COLD_MARKED}))
       AND {BATCH_SIZE} IS NOT NULL AND {MESSAGE_ID} != ''
@@ -366,7 +369,8 @@ WITH hot_traces AS (
 )
 SELECT service, operation, message_key,
        arraySort(t -> t.1, groupArray((start_ns, failed, items, bad_items, day,
-                                       trace_key IN (SELECT * FROM hot_traces)))) AS tries
+                                       trace_key IN (SELECT * FROM hot_traces)
+                                       OR linked_key IN (SELECT * FROM hot_traces)))) AS tries
 FROM runs LEFT JOIN bad USING (run_key)
 GROUP BY service, operation, message_key
 HAVING countIf(failed) > 0 AND count() > 1"""

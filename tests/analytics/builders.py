@@ -793,12 +793,14 @@ def batch_task_request(
     api: str = "index-api",
     worker: str = "index-worker",
     task: str = "reindex",
+    linked: bool = False,
 ) -> list[SpanRow]:
     """``index-api POST /reindex/now`` enqueuing a Celery batch task (``apply_async/reindex`` with its
     task id as ``messaging.message.id``) and, in the same trace, the worker's ``run/reindex`` of
     ``items`` documents. With ``fail_first`` that run ends in RETRY with one failed
     ``index_document`` child, and a second run of the same task id processes ``retry_items``
-    (default: the whole batch again) successfully."""
+    (default: the whole batch again) successfully. ``linked``: each run is the root of its own trace,
+    linked to the producer (the messaging conventions' shape) instead of its child."""
     spans = hot_request(api, f"POST /{task}/now", start_ns, 40.0, http_status=202)
     root, task_id = spans[0], new_span_id()
     producer = SpanRow(
@@ -820,9 +822,10 @@ def batch_task_request(
     )
     for n, (size, state) in enumerate(tries):
         run = SpanRow(
-            trace_id=root.trace_id,
+            trace_id=new_trace_id() if linked else root.trace_id,
             span_id=new_span_id(),
-            parent_span_id=producer.span_id,
+            parent_span_id="" if linked else producer.span_id,
+            links=(SpanLink(root.trace_id, producer.span_id),) if linked else (),
             name=f"run/{task}",
             start_ns=start_ns + (2 + 60 * n) * S,
             duration_ns=30 * S,
@@ -839,7 +842,7 @@ def batch_task_request(
         if state == "RETRY":
             spans.append(
                 SpanRow(
-                    trace_id=root.trace_id,
+                    trace_id=run.trace_id,
                     span_id=new_span_id(),
                     parent_span_id=run.span_id,
                     name="index_document",
@@ -964,7 +967,8 @@ def scenario_drift(days: int = 14) -> Scenario:
         # Whole-batch retries from day 10 (a bad document makes the task retry all 50); before, and
         # for the healthy digest task retrying only its bad record, nothing.
         for i in range(10):
-            spans += batch_task_request(base + (i * 3000 + 90) * S, 50, fail_first=d >= 10)
+            # Half the tasks run in their own trace, linked to the request that enqueued them.
+            spans += batch_task_request(base + (i * 3000 + 90) * S, 50, fail_first=d >= 10, linked=i % 2 == 1)
         spans += batch_task_request(
             base + 5000 * S,
             50,
