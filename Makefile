@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.analytics
 	$(BIN)/python -m bench.summaries
 	$(BIN)/python -m bench.scale
+	$(BIN)/python -m bench.anatomy
 
 clean:
 	rm -rf $(VENV) .tailwatch demo-out .pytest_cache .mypy_cache .ruff_cache
