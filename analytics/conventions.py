@@ -245,6 +245,10 @@ class Conventions:
     # much (a cache read's time); hedge and timeout delays tried beside each model's own p95; the
     # seed of the draws from the observed call latencies.
     what_if_fallback_ms: float = 50.0
+    # Per operation (service glob, operation glob, fallback ms; config files give tables
+    # {service = "*", operation = "POST /chat", fallback = "20ms"}): the first match wins, else
+    # what_if_fallback_ms — a rule-based answer and a cache read cost different times.
+    what_if_fallbacks: tuple[tuple[str, str, float], ...] = ()
     what_if_delays_ms: tuple[float, ...] = ()
     # The extra tokens (a share of the operation's) the hedge with the lowest p99 may cost.
     what_if_max_extra_tokens: float = 0.1
@@ -347,6 +351,11 @@ class Conventions:
             ) from None
         object.__setattr__(self, "provider_aliases", pairs)
         object.__setattr__(self, "latency_budgets", _budgets(self.latency_budgets))
+        object.__setattr__(
+            self,
+            "what_if_fallbacks",
+            _per_operation_ms(self.what_if_fallbacks, "what_if_fallbacks", "fallback", "20ms"),
+        )
         object.__setattr__(self, "llm_prices", _prices(self.llm_prices))
         try:
             # Milliseconds as numbers, or durations in the one grammar ("2s", "1500ms").
@@ -577,38 +586,46 @@ def _budgets(entries: Any) -> tuple[tuple[str, str, float], ...]:
     """``latency_budgets`` as (service glob, operation glob, budget ms) triples, from triples or from
     the tables of a config file (``service``/``operation`` default ``"*"``; ``budget`` a duration,
     ``"2s"``, or ``budget_ms`` a number)."""
+    return _per_operation_ms(entries, "latency_budgets", "budget", "2s")
+
+
+def _per_operation_ms(entries: Any, name: str, key: str, example: str) -> tuple[tuple[str, str, float], ...]:
+    """A per-operation duration convention (``name``) as (service glob, operation glob, ms) triples,
+    from triples or from tables ``{service, operation, <key> = "<duration>"}`` (or ``<key>_ms``, a
+    number); the first match wins where it is read."""
     hint = (
-        'conventions: latency_budgets takes tables like { service = "*", operation = "POST /chat", '
-        'budget = "2s" }'
+        f'conventions: {name} takes tables like {{ service = "*", operation = "POST /chat", '
+        f'{key} = "{example}" }}'
     )
     if isinstance(entries, Mapping | str):
         raise ConventionsError(hint)
+    ms_key = f"{key}_ms"
     out: list[tuple[str, str, float]] = []
     for entry in entries:
         if isinstance(entry, Mapping):
-            unknown = sorted(set(entry) - {"service", "operation", "budget", "budget_ms"})
-            if unknown or ("budget" in entry) == ("budget_ms" in entry):
+            unknown = sorted(set(entry) - {"service", "operation", key, ms_key})
+            if unknown or (key in entry) == (ms_key in entry):
                 raise ConventionsError(f"{hint}; got {dict(entry)!r}")
             try:
-                budget_ms = (
-                    parse_duration(entry["budget"]).total_seconds() * 1000.0
-                    if "budget" in entry
-                    else float(entry["budget_ms"])
+                value_ms = (
+                    parse_duration(entry[key]).total_seconds() * 1000.0
+                    if key in entry
+                    else float(entry[ms_key])
                 )
             except (TypeError, ValueError) as exc:
-                raise ConventionsError(f"conventions: latency_budgets: {exc}") from None
+                raise ConventionsError(f"conventions: {name}: {exc}") from None
             service, operation = entry.get("service", "*"), entry.get("operation", "*")
         else:
             try:
-                service, operation, budget = entry
-                budget_ms = float(budget)
+                service, operation, value = entry
+                value_ms = float(value)
             except (TypeError, ValueError):
                 raise ConventionsError(f"{hint}; got {entry!r}") from None
         if not isinstance(service, str) or not isinstance(operation, str):
             raise ConventionsError(f"{hint}; got {entry!r}")
-        if not (math.isfinite(budget_ms) and budget_ms > 0):
-            raise ConventionsError(f"conventions: latency budget for {service} {operation} must be positive")
-        out.append((service, operation, budget_ms))
+        if not (math.isfinite(value_ms) and value_ms > 0):
+            raise ConventionsError(f"conventions: {name} for {service} {operation} must be positive")
+        out.append((service, operation, value_ms))
     return tuple(out)
 
 

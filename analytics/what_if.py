@@ -11,7 +11,7 @@ Each request keeps its other time; only its synchronous model calls change:
   (each model's quantile q) with the lowest p99 whose extra tokens stay within
   ``what_if_max_extra_tokens``.
 * ``timeout_fallback`` at T (the same delays): a call over T becomes T + F, F =
-  ``what_if_fallback_ms`` (50 ms, a cache read), no extra call.
+  ``what_if_fallback_ms`` (50 ms, a cache read; per operation ``what_if_fallbacks``), no extra call.
 * ``route_model`` to each other provider/model seen on the operation's synchronous calls: the
   operation's calls of any other model take latencies drawn from that model's observed
   distribution (its calls of that model are kept).
@@ -54,6 +54,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 import numpy as np
@@ -238,6 +239,15 @@ def _row(
     }
 
 
+def fallback_for(service: str, operation: str, conventions: Conventions) -> float:
+    """The fallback time (ms) of a timed-out call of one operation: the first configured glob match
+    (``what_if_fallbacks``), else ``what_if_fallback_ms``."""
+    for service_glob, operation_glob, fallback_ms in conventions.what_if_fallbacks:
+        if fnmatchcase(service, service_glob) and fnmatchcase(operation, operation_glob):
+            return fallback_ms
+    return conventions.what_if_fallback_ms
+
+
 def _operation_rows(
     service: str,
     operation: str,
@@ -288,6 +298,7 @@ def _operation_rows(
     )
 
     second = _draws(op_calls, pools, models, conv.what_if_seed)
+    fallback_ms = fallback_for(service, operation, conv)
 
     def hedge(delay: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """(new latencies, calls over T, extra tokens ratio — the extra calls ratio when the
@@ -319,17 +330,17 @@ def _operation_rows(
                 usd_of(over_t),
             )
         )
-        fallback = np.where(over_t, delay + conv.what_if_fallback_ms, latency)
+        fallback = np.where(over_t, delay + fallback_ms, latency)
         rows.append(
             _row(
                 op,
                 "timeout_fallback",
-                f"{label} F={conv.what_if_fallback_ms:g}ms",
+                f"{label} F={fallback_ms:g}ms",
                 _new_latency(group, op_calls, fallback),
                 None,
                 0.0,
                 f"calls over T answered by a fallback (a cache read) of "
-                f"{conv.what_if_fallback_ms:g} ms; its answer is good enough",
+                f"{fallback_ms:g} ms; its answer is good enough",
                 usd_of(None),
             )
         )

@@ -24,7 +24,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from analytics import Conventions, Price, analyze, build_summaries, render_table
-from analytics.what_if import HEDGE_QUANTILES
+from analytics.what_if import HEDGE_QUANTILES, fallback_for
 from collectors.spans import SpanRow, insert_spans
 from storage import Store
 from tests.analytics.builders import MS, at, dt, hot_request
@@ -182,7 +182,7 @@ def _expected(
         out["hedge", label] = figures(
             {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
         ) | {"usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day}
-        f = conv.what_if_fallback_ms
+        f = fallback_for(SERVICE, OPERATION, conv)
         out["timeout_fallback", f"{label} F={f:g}ms"] = figures(
             {c: t[c] + f if c.ms > t[c] else c.ms for c in ordered}
         ) | {"usd": 0.0}
@@ -248,7 +248,8 @@ def _check(
             assert got["extra_cost_per_day"] == pytest.approx(want["usd"], rel=1e-9, abs=1e-9), key
     # The options mean something on this data: hedging and cutting at p95 shorten the tail.
     assert rows["hedge", "T=p95"]["p99_delta_ms"] < 0
-    assert rows["timeout_fallback", "T=p95 F=50ms"]["p99_delta_ms"] < 0
+    f = fallback_for(SERVICE, OPERATION, conv)
+    assert rows["timeout_fallback", f"T=p95 F={f:g}ms"]["p99_delta_ms"] < 0
     assert rows["hedge", "T=p95"]["abandoned_saved_per_day"] > 0
 
 
@@ -312,6 +313,26 @@ def test_priced_options_cost_their_tokens_at_the_models_prices(store: Store) -> 
         conventions=_conventions(llm_prices=prices[:1]),
     )
     assert all(r["extra_cost_per_day"] is None for r in partial.to_dict()["what_if"])
+
+
+def test_a_fallback_configured_for_the_operation_is_the_one_simulated(store: Store) -> None:
+    spans = _spans()
+    insert_spans(store, spans)
+    conv = Conventions.from_dict(
+        {
+            "latency_budgets": [{"service": SERVICE, "operation": OPERATION, "budget_ms": BUDGET_MS}],
+            "what_if_delays_ms": [800.0, 1500.0],
+            "what_if_fallbacks": [
+                {"service": "other", "operation": "*", "fallback": "5ms"},
+                {"service": SERVICE, "operation": "POST *", "fallback": "400ms"},
+            ],
+        }
+    )
+    assert fallback_for(SERVICE, OPERATION, conv) == 400.0 and fallback_for("x", "y", conv) == 50.0
+    analysis = analyze(store, dt(at(0)), dt(at(WINDOW_S)), use_summaries=False, conventions=conv)
+    data = json.loads(analysis.to_json())
+    _check(data["what_if"], _requests(spans, at(0)), _requests(spans, at(0)), conv)
+    assert ("timeout_fallback", "T=p95 F=400ms") in {(r["option"], r["parameter"]) for r in data["what_if"]}
 
 
 def test_what_if_reads_the_most_recent_exact_horizon_from_summaries(store: Store) -> None:
