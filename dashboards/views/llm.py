@@ -11,8 +11,10 @@ time per output token come from a robust line through duration against output to
 ``analytics.llm_anatomy``) is an open diamond with its 95% interval as error bars. The anatomy bars
 share one scale: the LLM delta on the tail's critical path, split into its parts.
 
-The analysis keeps the anatomy per window, not per time bucket: the view says so rather than draw
-a series over time it does not have.
+Between the two, per model, the current window over time (``llm_anatomy_series``): time to first
+token p50 and p99, time per output token and tokens per call, each with the baseline window's p50
+dotted across. The series holds measured calls only (an estimate needs a window's calls, not a
+bucket's): a model whose calls record no first token draws its tokens over time, and says so.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ import polars as pl
 
 from analytics import Analysis
 from dashboards import style
-from dashboards.style import esc
+from dashboards.style import esc, naive_utc
 from dashboards.views._common import (
+    DT_HOVER,
     MAX_PANELS,
     VIEW_TITLES,
     count_of,
@@ -44,7 +47,9 @@ __all__ = [
     "NO_LLM_REGRESSION_TEXT",
     "NO_PRICES_TEXT",
     "NO_SERIES_TEXT",
+    "NO_TTFT_SERIES_TEXT",
     "PANELS",
+    "SERIES_PANELS",
     "Panel",
     "cause_side",
     "llm_figure",
@@ -61,9 +66,15 @@ NO_LLM_REGRESSION_TEXT: Final = (
     "no p99 regression with the verdict llm in this window: no anatomy bar to draw"
 )
 NO_SERIES_TEXT: Final = (
-    "Over time: not drawn. The analysis keeps these figures per window (current beside baseline), "
-    "not per time bucket."
+    "no series over time with this analysis (llm_anatomy_series is empty: a run stored before it existed)"
 )
+NO_TTFT_SERIES_TEXT: Final = "no call recorded its first token:<br>estimated per window only (above)"
+SERIES_PANELS: Final = (
+    "time to first token over time",
+    "time per output token over time, p50",
+    "tokens per call over time, p50",
+)
+OUTPUT_TOKENS: Final = style.TOKENS
 
 CURRENT: Final = style.OBSERVED  # dark blue
 BASELINE: Final = "#9aa0a6"
@@ -146,6 +157,7 @@ TITLE_PX: Final = 26
 MODEL_PX: Final = 34
 AXIS_PX: Final = 62
 BAR_PX: Final = 70
+SERIES_PX: Final = 150
 SECTION_GAP_PX: Final = 30
 TOP_TITLE_PX: Final = 16
 COLUMNS: Final = ((0.0, 0.28), (0.36, 0.64), (0.72, 1.0))
@@ -195,7 +207,8 @@ class _Layout:
 
 
 def llm_figure(analysis: Analysis) -> go.Figure:
-    """Per model the anatomy of its calls, baseline → current; per llm regression its anatomy bar."""
+    """Per model the anatomy of its calls, baseline → current, and over time; per llm regression its
+    anatomy bar."""
     anatomy = analysis.llm_anatomy
     if not anatomy.height:
         return empty_figure("llm", analysis, NO_CALLS_TEXT)
@@ -218,7 +231,6 @@ def llm_figure(analysis: Analysis) -> go.Figure:
         f"<b>Per model</b>: {_key(BASELINE)} baseline → {_key(CURRENT)} current; "
         f"{_key(CURRENT, '◇')} estimated from call durations (no first token recorded), "
         "with its 95% interval",
-        NO_SERIES_TEXT,
     ]
     top, _ = layout.take(LINE_PX * len(header))
     texts.append((top, "<br>".join(header), {"x": 0.0, "xanchor": "left", "align": "left"}))
@@ -277,7 +289,72 @@ def llm_figure(analysis: Analysis) -> go.Figure:
             for trace in _dumbbells(panel, rows, labels, xa, ya):
                 fig.add_trace(trace)
 
-    # Section 2: the anatomy bar of each llm regression.
+    # Section 2: per model, the current window's series with the baseline window's figure.
+    layout.take(SECTION_GAP_PX)
+    top, _ = layout.take(LINE_PX * 2)
+    texts.append(
+        (
+            top,
+            "<b>Over time</b>, current window: "
+            f"{_key(CURRENT, '━')} p50 {_key(CURRENT, '╍')} p99 (first token) · "
+            f"{_key(CURRENT, '━')} input {_key(OUTPUT_TOKENS, '━')} output (tokens) · "
+            f"{_key(BASELINE, '┈')} the baseline window's p50<br>"
+            "measured calls only: a model whose calls record no first token has its tokens over time, "
+            "not its first token",
+            {"x": 0.0, "xanchor": "left", "align": "left"},
+        )
+    )
+    series = analysis.llm_anatomy_series
+    if not series.height:
+        top, _ = layout.take(LINE_PX * 2)
+        texts.append((top + 4, NO_SERIES_TEXT, {"x": 0.0, "xanchor": "left", "align": "left"}))
+    for row, label in zip(rows, labels, strict=True) if series.height else ():
+        mine = series.filter(
+            (pl.col("provider") == row["provider"]) & (pl.col("model") == row["model"])
+        ).sort("bucket_start")
+        top, _ = layout.take(LINE_PX + 4)
+        texts.append((top + 2, f"<b>{label}</b>", {"x": 0.0, "xanchor": "left", "align": "left"}))
+        title_top, _ = layout.take(TITLE_PX)
+        y_domain_px = layout.take(SERIES_PX)
+        layout.take(AXIS_PX)
+        measured = mine.filter(pl.col("ttft_p50_ms").is_not_null()).height > 0
+        for col, title in enumerate(SERIES_PANELS):
+            texts.append(
+                (
+                    title_top + 4,
+                    f"<b>{title}</b>",
+                    {"x": sum(COLUMNS[col]) / 2, "xanchor": "center", "align": "center"},
+                )
+            )
+            xa, ya = layout.axis()
+            domains.append((xa, ya, COLUMNS[col], y_domain_px))
+            axes[xa] = {
+                "type": "date",
+                "range": [naive_utc(analysis.start), naive_utc(analysis.end)],
+                "title": {"text": "time (UTC)", "standoff": 4},
+                "nticks": 5,
+                # Hours only (the day is in the subtitle), pushed below the y axis' 0 at the corner.
+                "tickformat": "%H:%M",
+                "ticks": "outside",
+                "ticklen": 10,
+                "tickcolor": "rgba(0,0,0,0)",
+            }
+            axes[ya] = {"rangemode": "tozero", "title": {"text": ("ms", "ms per token", "tokens")[col]}}
+            if col < 2 and not measured:
+                texts.append(
+                    (
+                        y_domain_px[0] + SERIES_PX / 2 - LINE_PX,
+                        NO_TTFT_SERIES_TEXT,
+                        {"x": sum(COLUMNS[col]) / 2, "xanchor": "center", "align": "center"},
+                    )
+                )
+                axes[ya]["range"] = [0, 1]
+                axes[ya]["showticklabels"] = False
+                continue
+            for trace in _series_traces(col, row, label, mine, analysis, xa, ya):
+                fig.add_trace(trace)
+
+    # Section 3: the anatomy bar of each llm regression.
     layout.take(SECTION_GAP_PX)
     top, _ = layout.take(LINE_PX * 2)
     parts = " ".join(f"{_key(colour, '■')} {name}" for _, name, colour in ANATOMY_PARTS)
@@ -469,6 +546,73 @@ def _dumbbells(
                 "width": 5,
             }
         traces.append(go.Scatter(**trace))
+    return traces
+
+
+# Per series panel: (column, name, colour, dash, the baseline column drawn dotted across).
+_SERIES: Final[tuple[tuple[tuple[str, str, str, str, str | None], ...], ...]] = (
+    (
+        ("ttft_p50_ms", "first token p50", CURRENT, "solid", "baseline_ttft_p50_ms"),
+        ("ttft_p99_ms", "first token p99", CURRENT, "dash", None),
+    ),
+    (
+        (
+            "ms_per_output_token_p50",
+            "time per output token p50",
+            CURRENT,
+            "solid",
+            "baseline_ms_per_output_token_p50",
+        ),
+    ),
+    (
+        ("input_tokens_p50", "input tokens p50", CURRENT, "solid", "baseline_input_tokens_p50"),
+        ("output_tokens_p50", "output tokens p50", OUTPUT_TOKENS, "solid", "baseline_output_tokens_p50"),
+    ),
+)
+
+
+def _series_traces(
+    col: int, row: dict[str, Any], label: str, series: pl.DataFrame, analysis: Analysis, xa: str, ya: str
+) -> list[go.Scatter]:
+    """One series panel of a model: its lines per bucket and the baseline window's p50 across."""
+    traces = []
+    times = [naive_utc(t) for t in series["bucket_start"].to_list()]
+    window = [naive_utc(analysis.start), naive_utc(analysis.end)]
+    for column, name, colour, dash, baseline in _SERIES[col]:
+        values = series[column].to_list()
+        traces.append(
+            go.Scatter(
+                x=times,
+                y=values,
+                mode="lines+markers",
+                name=name,
+                line={"color": colour, "dash": dash, "width": 2},
+                marker={"size": 4, "color": colour},
+                customdata=[[label, name] for _ in values],
+                hovertemplate="%{customdata[0]}<br>%{customdata[1]}: %{y:,.1f}<br>"
+                + DT_HOVER
+                + "<extra></extra>",
+                xaxis=xa,
+                yaxis=ya,
+            )
+        )
+        before = row.get(baseline) if baseline else None
+        if before is not None:
+            estimated = col < 2 and row.get("baseline_ttft_source") == "estimated"
+            what = f"baseline window: {name}" + (" (estimated)" if estimated else "")
+            traces.append(
+                go.Scatter(
+                    x=window,
+                    y=[before, before],
+                    mode="lines",
+                    name=f"baseline {name}",
+                    line={"color": BASELINE if colour == CURRENT else colour, "dash": "dot", "width": 1.5},
+                    customdata=[[label, what]] * 2,
+                    hovertemplate="%{customdata[0]}<br>%{customdata[1]}: %{y:,.1f}<extra></extra>",
+                    xaxis=xa,
+                    yaxis=ya,
+                )
+            )
     return traces
 
 

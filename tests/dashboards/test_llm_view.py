@@ -16,13 +16,14 @@ from analytics import Analysis, analyze
 from collectors import insert_spans
 from dashboards import build_figures, write_dashboards
 from dashboards.landing import headline
-from dashboards.style import esc
+from dashboards.style import esc, naive_utc
 from dashboards.views.llm import (
     ANATOMY_PARTS,
     NO_CALLS_TEXT,
     NO_LLM_REGRESSION_TEXT,
     NO_PRICES_TEXT,
     NO_SERIES_TEXT,
+    NO_TTFT_SERIES_TEXT,
     PANELS,
     llm_figure,
     model_label,
@@ -163,18 +164,69 @@ def test_a_model_without_a_price_is_named_under_the_cost_panels(analysis: Analys
     assert note == f"no price for {model_label('anthropic', HOSTILE_TEMPLATE)}:<br>add it to llm_prices"
 
 
-def test_over_time_is_said_not_drawn_and_no_regression_is_said(analysis: Analysis) -> None:
+def test_no_llm_regression_is_said(analysis: Analysis) -> None:
     quiet = replace(
         analysis, attribution=analysis.attribution.with_columns(pl.lit(None, pl.String).alias("llm_cause"))
     )
     fig = llm_figure(quiet)
     assert not [t for t in fig.data if t.type == "bar"]
-    texts = _annotations(fig)
-    assert NO_LLM_REGRESSION_TEXT in texts
-    assert any(NO_SERIES_TEXT in t for t in texts)
+    assert NO_LLM_REGRESSION_TEXT in _annotations(fig)
     # A run stored before the cause columns existed has no anatomy bar either.
     old = replace(analysis, attribution=analysis.attribution.drop("llm_cause"))
     assert NO_LLM_REGRESSION_TEXT in _annotations(llm_figure(old))
+
+
+def _series(fig: go.Figure, label: str, name: str) -> Any:
+    found = [
+        t for t in fig.data if t.name == name and t.customdata is not None and t.customdata[0][0] == label
+    ]
+    assert len(found) <= 1, (label, name)
+    return found[0] if found else None
+
+
+def _check_series(analysis: Analysis, fig: go.Figure) -> int:
+    """Every model's lines over time against ``llm_anatomy_series``, its baseline p50s across."""
+    drawn = 0
+    for row in analysis.llm_anatomy.iter_rows(named=True):
+        label = model_label(row["provider"], row["model"])
+        mine = analysis.llm_anatomy_series.filter(
+            (pl.col("provider") == row["provider"]) & (pl.col("model") == row["model"])
+        ).sort("bucket_start")
+        measured = mine["ttft_p50_ms"].drop_nulls().len() > 0
+        for column, name, baseline in (
+            ("ttft_p50_ms", "first token p50", "baseline_ttft_p50_ms"),
+            ("ttft_p99_ms", "first token p99", None),
+            ("ms_per_output_token_p50", "time per output token p50", "baseline_ms_per_output_token_p50"),
+            ("input_tokens_p50", "input tokens p50", "baseline_input_tokens_p50"),
+            ("output_tokens_p50", "output tokens p50", "baseline_output_tokens_p50"),
+        ):
+            trace = _series(fig, label, name)
+            if column.startswith(("ttft", "ms_per")) and not measured:
+                assert trace is None, (label, name)
+                continue
+            assert trace is not None, (label, name)
+            assert list(trace.x) == [naive_utc(t) for t in mine["bucket_start"]]
+            assert list(trace.y) == mine[column].to_list()
+            drawn += 1
+            line = _series(fig, label, f"baseline {name}")
+            if baseline is None or row[baseline] is None:
+                assert line is None, (label, name)
+            else:
+                assert line is not None and list(line.y) == [row[baseline]] * 2, (label, name)
+    return drawn
+
+
+def test_each_model_s_series_over_time_with_the_baseline_s_figure(analysis: Analysis) -> None:
+    fig = llm_figure(analysis)
+    assert _check_series(analysis, fig) == 5 + 2  # gpt-4o: all five; the never-streamed model: tokens
+    # The never-streamed model's first token has no series (the estimate needs a window's calls).
+    assert _annotations(fig).count(NO_TTFT_SERIES_TEXT) == 2
+    gpt = analysis.llm_anatomy_series.filter(pl.col("model") == "gpt-4o")
+    assert gpt["ttft_p50_ms"].median() == pytest.approx(1600, rel=0.15)
+    # A run stored before the series existed says so instead of drawing nothing.
+    old = llm_figure(replace(analysis, llm_anatomy_series=analysis.llm_anatomy_series.clear()))
+    assert NO_SERIES_TEXT in _annotations(old)
+    assert not [t for t in old.data if t.type == "scatter" and t.mode == "lines+markers"]
 
 
 def test_no_model_call_is_said_in_words(analysis: Analysis) -> None:
@@ -213,6 +265,7 @@ def test_figures_of_a_real_analysis_match_its_frames(store: Store) -> None:
                 if mark is not None:
                     assert mark["x"] == pytest.approx(value)
         assert (label, esc("cost per 1,000 calls"), "current") not in marks  # no price configured
+    assert _check_series(analysis, llm_figure(analysis)) >= 2
     assert NO_PRICES_TEXT in _annotations(llm_figure(analysis))
 
 
