@@ -59,8 +59,8 @@ __all__ = [
 
 NO_CALLS_TEXT: Final = "no model calls in this window or its baseline"
 NO_PRICES_TEXT: Final = (
-    "no prices configured, so no cost:<br>add <b>llm_prices</b> under [analysis.conventions] of the "
-    "configuration<br>(per provider and model: input, cached_input and output in USD per million tokens)"
+    "no prices configured, so no cost:<br>add a <b>[[analysis.prices]]</b> table per model to tailwatch.toml"
+    "<br>(provider, model, input, cached_input and output in USD per million tokens)"
 )
 NO_LLM_REGRESSION_TEXT: Final = (
     "no p99 regression with the verdict llm in this window: no anatomy bar to draw"
@@ -248,7 +248,8 @@ def llm_figure(analysis: Analysis) -> go.Figure:
             texts.append(
                 (
                     top,
-                    f"no price for {names}:<br>add {'it' if len(unpriced) == 1 else 'them'} to llm_prices",
+                    f"no price for {names}:<br>add {'it' if len(unpriced) == 1 else 'them'} to "
+                    "[[analysis.prices]]",
                     {"x": (COLUMNS[1][0] + COLUMNS[2][1]) / 2, "xanchor": "center", "align": "center"},
                 )
             )

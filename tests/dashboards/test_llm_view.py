@@ -149,19 +149,23 @@ def test_without_prices_the_view_names_the_key_that_adds_them(tmp_path: Path) ->
     # The key the view names is the one the configuration reads.
     path = tmp_path / "tailwatch.toml"
     path.write_text(
-        '[[analysis.conventions.llm_prices]]\nprovider = "openai"\nmodel = "gpt-4o"\n'
+        '[[analysis.prices]]\nprovider = "openai"\nmodel = "gpt-4o"\n'
         "input = 2.5\ncached_input = 1.25\noutput = 10.0\n"
     )
     conventions = load_config(path, env={}).analysis.conventions_object()
     assert conventions is not None and [p.model for p in conventions.llm_prices] == ["gpt-4o"]
-    assert "llm_prices" in NO_PRICES_TEXT and "[analysis.conventions]" in NO_PRICES_TEXT
+    assert "[[analysis.prices]]" in NO_PRICES_TEXT
+    for key in ("provider", "model", "input", "cached_input", "output"):
+        assert key in NO_PRICES_TEXT
 
 
 def test_a_model_without_a_price_is_named_under_the_cost_panels(analysis: Analysis) -> None:
     texts = _annotations(llm_figure(analysis))
     assert NO_PRICES_TEXT not in texts
     [note] = [t for t in texts if t.startswith("no price for ")]
-    assert note == f"no price for {model_label('anthropic', HOSTILE_TEMPLATE)}:<br>add it to llm_prices"
+    assert (
+        note == f"no price for {model_label('anthropic', HOSTILE_TEMPLATE)}:<br>add it to [[analysis.prices]]"
+    )
 
 
 def test_no_llm_regression_is_said(analysis: Analysis) -> None:
@@ -288,5 +292,5 @@ def test_llm_titles_never_overlap_at_common_widths(tmp_path: Path, prices: bool)
                 if prices or not title.startswith("cost"):
                     assert title in texts, (title, width)
             assert any(t.startswith(f"chat-api · {HOSTILE}: LLM +720 ms") for t in texts), texts
-            assert any("llm_prices" in t for t in texts)
+            assert any("[[analysis.prices]]" in t for t in texts)
             assert shot.stat().st_size > 10_000
