@@ -44,6 +44,7 @@ from dashboards.views._common import (
 __all__ = [
     "ANATOMY_PARTS",
     "NO_CALLS_TEXT",
+    "NO_CURRENT_CALLS_TEXT",
     "NO_LLM_REGRESSION_TEXT",
     "NO_PRICES_TEXT",
     "NO_SERIES_TEXT",
@@ -69,6 +70,7 @@ NO_SERIES_TEXT: Final = (
     "no series over time with this analysis (llm_anatomy_series is empty: a run stored before it existed)"
 )
 NO_TTFT_SERIES_TEXT: Final = "no call recorded its first token:<br>estimated per window only (above)"
+NO_CURRENT_CALLS_TEXT: Final = "no calls in the current window (the baseline's are above)"
 SERIES_PANELS: Final = (
     "time to first token over time",
     "time per output token over time, p50",
@@ -314,6 +316,17 @@ def llm_figure(analysis: Analysis) -> go.Figure:
             (pl.col("provider") == row["provider"]) & (pl.col("model") == row["model"])
         ).sort("bucket_start")
         top, _ = layout.take(LINE_PX + 4)
+        if not mine.height:
+            # Called in the baseline window only: nothing to draw over the current one.
+            texts.append(
+                (
+                    top + 2,
+                    f"<b>{label}</b>: {NO_CURRENT_CALLS_TEXT}",
+                    {"x": 0.0, "xanchor": "left", "align": "left"},
+                )
+            )
+            layout.take(LINE_PX)
+            continue
         texts.append((top + 2, f"<b>{label}</b>", {"x": 0.0, "xanchor": "left", "align": "left"}))
         title_top, _ = layout.take(TITLE_PX)
         y_domain_px = layout.take(SERIES_PX)

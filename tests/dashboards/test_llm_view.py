@@ -20,6 +20,7 @@ from dashboards.style import esc, naive_utc
 from dashboards.views.llm import (
     ANATOMY_PARTS,
     NO_CALLS_TEXT,
+    NO_CURRENT_CALLS_TEXT,
     NO_LLM_REGRESSION_TEXT,
     NO_PRICES_TEXT,
     NO_SERIES_TEXT,
@@ -227,6 +228,10 @@ def test_each_model_s_series_over_time_with_the_baseline_s_figure(analysis: Anal
     assert _annotations(fig).count(NO_TTFT_SERIES_TEXT) == 2
     gpt = analysis.llm_anatomy_series.filter(pl.col("model") == "gpt-4o")
     assert gpt["ttft_p50_ms"].median() == pytest.approx(1600, rel=0.15)
+    # A model called in the baseline window only has no row over time, and says so.
+    gone = analysis.llm_anatomy_series.filter(pl.col("model") != "gpt-4o")
+    texts = _annotations(llm_figure(replace(analysis, llm_anatomy_series=gone)))
+    assert f"<b>openai / gpt-4o</b>: {NO_CURRENT_CALLS_TEXT}" in texts
     # A run stored before the series existed says so instead of drawing nothing.
     old = llm_figure(replace(analysis, llm_anatomy_series=analysis.llm_anatomy_series.clear()))
     assert NO_SERIES_TEXT in _annotations(old)
