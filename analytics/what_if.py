@@ -97,6 +97,7 @@ WHAT_IF_SCHEMA: dict[str, Any] = {
     "abandoned_saved_per_day": pl.Float64,  # from the abandonment curve; null when nobody abandoned
     "extra_calls_ratio": pl.Float64,
     "extra_tokens_ratio": pl.Float64,  # null when the calls report no tokens
+    "extra_tokens_per_day": pl.Float64,  # the same as tokens a day; null when no tokens are reported
     "extra_cost_per_day": pl.Float64,  # USD; null without the prices of the models it touches
     "assumption": pl.String,
 }
@@ -214,6 +215,7 @@ def _row(
     extra_tokens: float | None,
     assumption: str,
     extra_cost: float | None = None,
+    extra_tokens_day: float | None = None,
 ) -> dict[str, Any]:
     p99 = _p99(new_latency, op.weights)
     over = None if op.budget is None else _count_over(new_latency, op.budget, op.weights) * op.per_day
@@ -234,6 +236,7 @@ def _row(
         "abandoned_saved_per_day": saved,
         "extra_calls_ratio": 0.0 if extra_calls is None else float((w * extra_calls).sum() / w.sum()),
         "extra_tokens_ratio": extra_tokens,
+        "extra_tokens_per_day": extra_tokens_day,
         "extra_cost_per_day": extra_cost,
         "assumption": assumption,
     }
@@ -276,6 +279,12 @@ def _operation_rows(
     price = np.array([usd.get(m, math.nan) for m in models.to_list()], dtype=np.float64)
     priced = bool(np.isfinite(price).all())
     call_usd = tokens * call_w * price * per_day
+
+    def tokens_of(over: np.ndarray | None) -> float | None:
+        """The extra tokens a day of paying the calls ``over`` again (none: nothing extra)."""
+        if total_tokens == 0:
+            return None
+        return 0.0 if over is None else float((tokens * call_w)[over].sum() * per_day)
 
     def usd_of(over: np.ndarray | None) -> float | None:
         """The extra USD a day of paying the calls ``over`` again (none: nothing extra)."""
@@ -328,6 +337,7 @@ def _operation_rows(
                 None if total_tokens == 0 else extra_tokens,
                 hedge_assumption,
                 usd_of(over_t),
+                tokens_of(over_t),
             )
         )
         fallback = np.where(over_t, delay + fallback_ms, latency)
@@ -342,6 +352,7 @@ def _operation_rows(
                 f"calls over T answered by a fallback (a cache read) of "
                 f"{fallback_ms:g} ms; its answer is good enough",
                 usd_of(None),
+                tokens_of(None),
             )
         )
     # The delay (each model's quantile q of the grid) with the lowest p99 whose extra tokens stay
@@ -365,6 +376,7 @@ def _operation_rows(
                 None if total_tokens == 0 else extra_tokens,
                 hedge_assumption,
                 usd_of(over_t),
+                tokens_of(over_t),
             )
         )
     seen = sorted(set(models.to_list()))
@@ -389,6 +401,7 @@ def _operation_rows(
                     float((tokens * call_w * (usd[target] - price)).sum() * per_day)
                     if priced and target in usd
                     else None,
+                    tokens_of(None),
                 )
             )
     without = group["without_sync_llm_ms"].to_numpy()
@@ -403,6 +416,7 @@ def _operation_rows(
             "the boundary's counterfactual: the calls run off the request, each replaced by "
             f"{conv.sync_llm_replacement_ms:g} ms",
             usd_of(None),
+            tokens_of(None),
         )
     )
     return rows

@@ -593,7 +593,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         assert set(w) == {
             "service", "operation", "option", "parameter", "requests", "budget_ms", "p99_ms",
             "p99_delta_ms", "requests_over_budget", "abandoned_saved_per_day", "extra_calls_ratio",
-            "extra_tokens_ratio", "extra_cost_per_day", "assumption",
+            "extra_tokens_ratio", "extra_tokens_per_day", "extra_cost_per_day", "assumption",
         }  # fmt: skip
         assert w["extra_cost_per_day"] is None and w["assumption"]
     [flag] = data["slices"]

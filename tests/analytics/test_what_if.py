@@ -181,7 +181,10 @@ def _expected(
         over_t = [c for c in ordered if c.ms > t[c]]
         out["hedge", label] = figures(
             {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
-        ) | {"usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day}
+        ) | {
+            "usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day,
+            "tokens": 700 * len(over_t) * per_day,
+        }
         f = fallback_for(SERVICE, OPERATION, conv)
         out["timeout_fallback", f"{label} F={f:g}ms"] = figures(
             {c: t[c] + f if c.ms > t[c] else c.ms for c in ordered}
@@ -195,7 +198,10 @@ def _expected(
         if len(over_t) / len(ordered) <= conv.what_if_max_extra_tokens:
             got = figures(
                 {c: min(c.ms, t[c] + second[c]) if c in over_t else c.ms for c in ordered}, len(over_t)
-            ) | {"usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day}
+            ) | {
+                "usd": sum(700 * usd.get(c.model, math.nan) for c in over_t) * per_day,
+                "tokens": 700 * len(over_t) * per_day,
+            }
             if best is None or got["p99"] < best[0]:
                 best = (
                     got["p99"],
@@ -242,6 +248,8 @@ def _check(
         else:
             assert got["extra_calls_ratio"] == 0.0
         assert got["assumption"]
+        # Every call here reports 700 tokens: a hedge pays its hedged calls' again, the rest none.
+        assert got["extra_tokens_per_day"] == pytest.approx(want.get("tokens", 0.0), rel=1e-12), key
         if not conv.llm_prices:
             assert got["extra_cost_per_day"] is None, key
         else:

@@ -344,6 +344,8 @@ def sample_analysis(hostile: bool = True) -> Analysis:
             "abandoned_saved_per_day": [o[3] for o in options],
             "extra_calls_ratio": [o[4] for o in options],
             "extra_tokens_ratio": [o[5] for o in options],
+            # As an analysis from before the absolute figure existed: the chart falls back to the share.
+            "extra_tokens_per_day": [None] * len(options),
             "extra_cost_per_day": [None] * len(options),
             "assumption": [f"{o[0]}: independent draws from the same window" for o in options],
         },
