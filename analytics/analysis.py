@@ -601,6 +601,7 @@ def analyze(
         every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
         requests = with_sync_llm_calls(rows, every_call)
         calls = calls_in_windows(every_call, windows, keep=("start_ns", "end_ns"))
+        call_sums = anatomy_totals(calls)
         sync_calls = every_call.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns", "sync")
         what_if_calls = every_call.filter(pl.col("sync")).select(list(WHAT_IF_CALLS_SCHEMA))
         del every_call
@@ -645,7 +646,7 @@ def analyze(
             buckets,
             (windows.end - since).total_seconds(),
             conv,
-            usd_per_token(anatomy_totals(calls), conv.llm_prices),
+            usd_per_token(call_sums, conv.llm_prices),
         )
         del what_if_calls
         boundary_rows, boundary_releases = boundary(
@@ -690,7 +691,7 @@ def analyze(
             what_if_rows=what_if_rows,
             hedges=existing_hedges(hedge_spans_f.result()),
             anatomy=llm_anatomy(
-                anatomy_totals(calls),
+                call_sums,
                 anatomy_buckets(calls, ["window", "provider", "model"]),
                 conv.llm_prices,
                 _window_days(windows),
@@ -963,9 +964,13 @@ class _FromSummaries:
         return llm_anatomy_series(self.inputs.anatomy_series_buckets(anatomy_every(self.every)))
 
     @cached_property
+    def _call_sums(self) -> pl.DataFrame:
+        return anatomy_totals(self.inputs.calls)
+
+    @cached_property
     def llm_anatomy(self) -> pl.DataFrame:
         return llm_anatomy(
-            anatomy_totals(self.inputs.calls),
+            self._call_sums,
             self.inputs.anatomy_buckets,
             self.conv.llm_prices,
             _window_days(self.windows),
@@ -1007,7 +1012,7 @@ class _FromSummaries:
             current = self._current.join(recent, on="trace_key", how="semi", maintain_order="left")
         calls = self.inputs.sync_calls(since, w.end + self.conv.trace_margin)
         buckets, buckets_summary = self._buckets
-        usd = usd_per_token(anatomy_totals(self.inputs.calls), self.conv.llm_prices)
+        usd = usd_per_token(self._call_sums, self.conv.llm_prices)
         return what_if(
             current, calls, buckets_summary, buckets, (w.end - since).total_seconds(), self.conv, usd
         )

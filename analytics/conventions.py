@@ -731,19 +731,19 @@ ERRORED = f"({STATUS} = 'Error' OR {_span('cv_error_type_attr')} != '' OR {HTTP_
 # The captured retry header is recorded as a one-element array ('["1"]'): the digits are the number.
 RESEND = f"toUInt32OrZero(extract({_first('cv_resend_attrs')}, '[0-9]+'))"
 TOKENS = f"(toUInt64OrZero({_first('cv_in_toks')}) + toUInt64OrZero({_first('cv_out_toks')}))"
+# A model call's anatomy, read once per span by analytics.llm_spans (in its WITH clause, so each
+# attribute lookup appears once in the text): the token counts, the cached input tokens' value ('' when
+# the span reports none: 0 is a report), the time to first token's attribute (seconds) and, without
+# it, the first named event's time after the span's start (ns, NULL without one).
 INPUT_TOKENS = f"toUInt64OrZero({_first('cv_in_toks')})"
 OUTPUT_TOKENS = f"toUInt64OrZero({_first('cv_out_toks')})"
-CACHED_INPUT_TOKENS = f"toUInt64OrZero({_first('cv_cached_toks')})"
-# Whether a span reports its cached input tokens at all (0 is a report; no attribute is none).
-REPORTS_CACHE = f"({_first('cv_cached_toks')} != '')"
-# Time to first token (ns, NULL when unknown): the attribute (seconds), else the first named event.
-_TTFT_EVENT_NS = (
+CACHED_INPUT_TEXT = _first("cv_cached_toks")
+TTFT_TEXT = _first("cv_ttft_attrs")
+TTFT_EVENT_NS = (
+    "if(hasAny(`Events.Name`, {cv_ttft_events:Array(String)}), "
     "arrayMin(arrayMap(t -> toUnixTimestamp64Nano(t) - toUnixTimestamp64Nano(Timestamp), "
-    "arrayFilter((t, n) -> has({cv_ttft_events:Array(String)}, n), `Events.Timestamp`, `Events.Name`)))"
-)
-FIRST_TOKEN_NS = (
-    f"if({_first('cv_ttft_attrs')} != '', toInt64(toFloat64OrZero({_first('cv_ttft_attrs')}) * 1e9), "
-    f"if(hasAny(`Events.Name`, {{cv_ttft_events:Array(String)}}), {_TTFT_EVENT_NS}, NULL))"
+    "arrayFilter((t, n) -> has({cv_ttft_events:Array(String)}, n), `Events.Timestamp`, `Events.Name`))), "
+    "NULL)"
 )
 STREAMED = f"(lower({_first('cv_stream_attrs')}) IN ('true', '1'))"
 # A function's name: the code attributes' function, its namespace prepended when not already in it

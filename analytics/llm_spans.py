@@ -34,9 +34,8 @@ import polars as pl
 from analytics._common import Windows, empty, normalize
 from analytics.conventions import (
     ABANDONED,
-    CACHED_INPUT_TOKENS,
+    CACHED_INPUT_TEXT,
     ERRORED,
-    FIRST_TOKEN_NS,
     INPUT_TOKENS,
     IS_BOUNDARY,
     IS_COLD_MARKED,
@@ -55,11 +54,11 @@ from analytics.conventions import (
     OUTPUT_TOKENS,
     PATH,
     PROVIDER,
-    REPORTS_CACHE,
     RESEND,
     STREAMED,
     THROTTLED,
-    TOKENS,
+    TTFT_EVENT_NS,
+    TTFT_TEXT,
     VERSION,
     WEIGHT,
     WORKFLOW_NAME,
@@ -161,7 +160,11 @@ def llm_spans_sql(table: str) -> str:
     # An HTTP client span is an attempt when its parent is an LLM span. Every HTTP client span comes
     # back (narrow rows) and analytics.llm_calls.span_attempts keeps the children of LLM spans: an IN
     # set of LLM span keys built in SQL cost a second pass over them, a quarter of this query.
+    # The anatomy's attribute values are looked up once each (WITH: not returned), and the tokens of
+    # every span are their sum.
     return f"""
+WITH {INPUT_TOKENS} AS in_toks, {OUTPUT_TOKENS} AS out_toks, {CACHED_INPUT_TEXT} AS cached_text,
+     {TTFT_TEXT} AS ttft_text
 SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key,
        cityHash64(TraceId, ParentSpanId) AS parent_key,
        cityHash64(TraceId, ParentSpanId, SpanName) AS call_key,
@@ -169,18 +172,19 @@ SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, SpanId) AS span_key
        toUnixTimestamp64Nano(Timestamp) + toInt64(Duration) AS end_ns,
        toLowCardinality({PROVIDER}) AS provider, toLowCardinality({MODEL}) AS model,
        {IS_LLM} AS is_llm, {ERRORED} AS errored, {THROTTLED} AS throttled,
-       toInt64({TOKENS}) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
+       toInt64(in_toks + out_toks) AS tokens, toInt64({RESEND}) AS resend, {IS_COLD_MARKED} AS cold_marked,
        {IS_BOUNDARY} AS is_boundary,
        is_llm AND NOT {IS_HOT_ROOT} AND NOT cold_marked AND NOT is_boundary AS sync,
        {IS_WORKFLOW} AS is_workflow,
        toLowCardinality(if(is_workflow, {WORKFLOW_NAME}, '')) AS workflow,
        NOT is_llm AND ParentSpanId != '' AND {IS_HTTP_CLIENT} AS is_attempt,
-       toInt64(if(is_llm, {INPUT_TOKENS}, 0)) AS input_tokens,
-       toInt64(if(is_llm, {OUTPUT_TOKENS}, 0)) AS output_tokens,
-       toInt64(if(is_llm, {CACHED_INPUT_TOKENS}, 0)) AS cached_tokens,
-       if(is_llm, {FIRST_TOKEN_NS}, NULL) AS ttft_ns,
+       toInt64(if(is_llm, in_toks, 0)) AS input_tokens,
+       toInt64(if(is_llm, out_toks, 0)) AS output_tokens,
+       toInt64(if(is_llm, toUInt64OrZero(cached_text), 0)) AS cached_tokens,
+       if(is_llm, if(ttft_text != '', toInt64(toFloat64OrZero(ttft_text) * 1e9), {TTFT_EVENT_NS}),
+          NULL) AS ttft_ns,
        is_llm AND (ttft_ns IS NOT NULL OR {STREAMED}) AS streamed,
-       is_llm AND {REPORTS_CACHE} AS reports_cache
+       is_llm AND cached_text != '' AS reports_cache
 FROM {table}
 PREWHERE {MAYBE_LLM} OR {MAYBE_COUNTED} OR {MAYBE_WORKFLOW} OR {MAYBE_BOUNDARY} OR {MAYBE_HTTP_CLIENT}
 WHERE {_IN_WINDOWS} AND (is_llm OR tokens > 0 OR resend > 0 OR is_workflow OR is_boundary OR is_attempt)
