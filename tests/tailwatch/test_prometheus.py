@@ -650,7 +650,10 @@ def _check_the_grafana_dashboard(prom: Any, api: str, auth: dict[str, str], p99_
         for s in prom.query("tailwatch_release_timestamp_seconds")
     }
     marks = prom.query(_all_selected(RELEASE_ANNOTATION_EXPR))
-    assert marks and {s["metric"]["version"]: float(s["value"][1]) / 1000 for s in marks} == released
+    # The annotation's query is in milliseconds: back in seconds, to the float's last digit or so.
+    assert marks and {s["metric"]["version"]: float(s["value"][1]) / 1000 for s in marks} == pytest.approx(
+        released, rel=1e-15
+    )
     # Each panel's link opens the matching tailwatch page (of the latest scheduled analysis).
     [base] = [v["query"] for v in board["templating"]["list"] if v["name"] == "tailwatch_url"]
     for url in sorted(
