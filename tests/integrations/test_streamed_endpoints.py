@@ -1,0 +1,237 @@
+"""Streamed endpoints (issue 35): time to first byte beside total duration, and abandonment read
+against it, as FastAPI's instrumentation records a real ``StreamingResponse``.
+
+``apps/streamed_chat.py`` serves ``POST /chat/stream`` (a ``StreamingResponse`` relaying an
+``openai.AsyncOpenAI`` stream from the mock provider, one server-sent event per token) and ``POST
+/chat`` (JSON once the completion is done) under ``FastAPIInstrumentor`` and openai-v2; streaming
+clients that see no body byte within ``STREAM_PATIENCE_S`` disconnect and the app marks the request
+abandoned. The spans go over OTLP/HTTP into tailwatch's receiver and, beside that, into an in-memory
+exporter whose dump is the truth, computed here without tailwatch:
+
+* a request: a SERVER root, keyed by (``service.name``, span name), in the window by its start;
+  duration = end − start;
+* its **first byte**: the earliest-starting span of its trace and service with ``asgi.event.type`` =
+  ``http.response.body`` (the ASGI instrumentation's ``"<route> http send"`` span, one per
+  ``send()``), minus the root's start; **streamed**: two or more such spans;
+* ``first_byte_requests``, ``streamed_requests``, ``ttfb_p50_ms``/``ttfb_p99_ms`` (type 7, over the
+  requests with a first byte) per operation;
+* abandoned: ``tailwatch.abandoned`` = ``"true"`` on the root (or HTTP status 499); per
+  ``bucket_ms`` bucket of the operation's abandonment latency — the time to first byte where
+  ``abandonment_latency`` says ``first_byte`` (the duration for a request without one), else the
+  duration — requests, abandoned and rate; the cliff: among buckets of at least
+  ``cliff_min_requests`` requests, the lower edge of the one whose rate rises most over the one
+  before it, when that rise is at least ``cliff_min_jump``.
+
+What the instrumentation writes (FastAPI/ASGI instrumentation 0.66b2, Starlette 1.10, uvicorn 0.55,
+openai-v2 2.4b0), pinned by :data:`SPAN_FACTS`: per request one ``http receive`` span
+(``http.request``) under the SERVER root; ``/chat`` sends ``http.response.start`` then one
+``http.response.body``, both children of the root; ``/chat/stream`` sends ``http.response.start``,
+one body per relayed token and a last empty one — **children of openai-v2's ``chat`` span, not of the
+root** (openai-v2 leaves its call's span current in the request's context while the stream is open,
+and Starlette runs the response in a task that copies that context), beside the ``http.disconnect``
+receive span Starlette's disconnect listener opens. A first byte is therefore looked for in the whole
+trace, not among the root's children.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from analytics import Conventions
+from tests.integrations.apps.streamed_chat import ABANDONED_ATTRIBUTE, STREAM_PATIENCE_S
+from tests.integrations.ingest import FlavourRun, ingested_run
+
+STREAM_OP, CHAT_OP = "POST /chat/stream", "POST /chat"
+REQUESTS = 160  # /chat/stream requests (and 64 /chat): about 22 s of load
+FIRST_BYTE_ATTRIBUTE, FIRST_BYTE_EVENTS = "asgi.event.type", frozenset({"http.response.body"})
+BUCKET_MS = 100
+# Small buckets (100 ms) of a few dozen requests: the cliff needs 10 of them.
+BASE = {"bucket_ms": BUCKET_MS, "cliff_min_requests": 10}
+BY_FIRST_BYTE = (("*", STREAM_OP, "first_byte"),)
+EXACT_REL = 1e-6  # percentiles of a window under the exact horizon
+SKETCH_REL = 0.005  # … read from the per-minute aggregates
+
+Span = Mapping[str, Any]
+
+# (operation, span name, asgi.event.type, parent's name and kind) of every ASGI span.
+SPAN_FACTS: frozenset[tuple[str, str, str, tuple[str, str]]] = frozenset(
+    {
+        (CHAT_OP, "POST /chat http receive", "http.request", (CHAT_OP, "SERVER")),
+        (CHAT_OP, "POST /chat http send", "http.response.start", (CHAT_OP, "SERVER")),
+        (CHAT_OP, "POST /chat http send", "http.response.body", (CHAT_OP, "SERVER")),
+        (STREAM_OP, "POST /chat/stream http receive", "http.request", (STREAM_OP, "SERVER")),
+        (STREAM_OP, "POST /chat/stream http receive", "http.disconnect", ("chat gpt-4o-mini", "CLIENT")),
+        (STREAM_OP, "POST /chat/stream http send", "http.response.start", ("chat gpt-4o-mini", "CLIENT")),
+        (STREAM_OP, "POST /chat/stream http send", "http.response.body", ("chat gpt-4o-mini", "CLIENT")),
+    }
+)
+
+
+# --- the truth, from the spans ------------------------------------------------------------------
+@dataclass(frozen=True)
+class Request:
+    trace_id: str
+    operation: str
+    start_ns: int
+    duration_ms: float
+    first_byte_ms: float | None
+    body_sends: int
+    abandoned: bool
+
+
+def _requests(spans: Sequence[Span]) -> list[Request]:
+    by_trace: dict[str, list[Span]] = defaultdict(list)
+    for s in spans:
+        by_trace[s["trace_id"]].append(s)
+    out = []
+    for trace_spans in by_trace.values():
+        for root in trace_spans:
+            if root["parent_span_id"] or root["kind"] != "SERVER":
+                continue
+            service = root["resource"].get("service.name")
+            sends = sorted(
+                s["start_ns"]
+                for s in trace_spans
+                if s["resource"].get("service.name") == service
+                and s["attributes"].get(FIRST_BYTE_ATTRIBUTE) in FIRST_BYTE_EVENTS
+            )
+            status = root["attributes"].get(
+                "http.response.status_code", root["attributes"].get("http.status_code")
+            )
+            out.append(
+                Request(
+                    trace_id=root["trace_id"],
+                    operation=root["name"],
+                    start_ns=root["start_ns"],
+                    duration_ms=(root["end_ns"] - root["start_ns"]) / 1e6,
+                    first_byte_ms=(sends[0] - root["start_ns"]) / 1e6 if sends else None,
+                    body_sends=len(sends),
+                    abandoned=str(root["attributes"].get(ABANDONED_ATTRIBUTE, "")).lower() == "true"
+                    or str(status) == "499",
+                )
+            )
+    return out
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    return float(np.percentile(np.asarray(values, dtype=float), q * 100, method="linear")) if values else None
+
+
+def _in(requests: Sequence[Request], window: tuple[int, int]) -> list[Request]:
+    return [r for r in requests if window[0] <= r.start_ns < window[1]]
+
+
+def _hot_path_truth(requests: Sequence[Request]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for op in sorted({r.operation for r in requests}):
+        rows = [r for r in requests if r.operation == op]
+        ttfb = [r.first_byte_ms for r in rows if r.first_byte_ms is not None]
+        out[op] = {
+            "requests": len(rows),
+            "first_byte_requests": len(ttfb),
+            "streamed_requests": sum(r.body_sends >= 2 for r in rows),
+            "ttfb_p50_ms": _quantile(ttfb, 0.5),
+            "ttfb_p99_ms": _quantile(ttfb, 0.99),
+            "p50_ms": _quantile([r.duration_ms for r in rows], 0.5),
+            "p99_ms": _quantile([r.duration_ms for r in rows], 0.99),
+        }
+    return out
+
+
+def _latency_ms(r: Request, by_first_byte: bool) -> float:
+    return r.first_byte_ms if by_first_byte and r.first_byte_ms is not None else r.duration_ms
+
+
+def _abandonment_truth(
+    requests: Sequence[Request], first_byte_ops: frozenset[str]
+) -> dict[str, dict[str, Any]]:
+    """Per operation: what its buckets read, the buckets (lo, hi, requests, abandoned, rate) and the cliff."""
+    out = {}
+    for op in sorted({r.operation for r in requests}):
+        by_first_byte = op in first_byte_ops
+        counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for r in requests:
+            if r.operation == op:
+                bucket = int(_latency_ms(r, by_first_byte) // BUCKET_MS)
+                counts[bucket][0] += 1
+                counts[bucket][1] += r.abandoned
+        buckets = [(b * BUCKET_MS, (b + 1) * BUCKET_MS, n, a, a / n) for b, (n, a) in sorted(counts.items())]
+        out[op] = {
+            "latency": "first_byte" if by_first_byte else "duration",
+            "buckets": buckets,
+            "cliff_ms": _cliff(buckets),
+        }
+    return out
+
+
+def _cliff(buckets: Sequence[tuple[int, int, int, int, float]]) -> int | None:
+    conv = Conventions(**BASE)
+    eligible = [b for b in buckets if b[2] >= conv.cliff_min_requests]
+    jumps = [(cur[4] - prev[4], cur[0]) for prev, cur in pairwise(eligible)]
+    best: tuple[float, int] | None = None
+    for jump, lo in jumps:  # the first of equal rises
+        if best is None or jump > best[0]:
+            best = (jump, lo)
+    if best is None or best[0] < conv.cliff_min_jump or best[0] <= 0:
+        return None
+    return best[1]
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def chat_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FlavourRun]:
+    tmp: Path = tmp_path_factory.mktemp("streamed-chat")
+    with ingested_run("streamed_chat", tmp, requests=REQUESTS, app="streamed_chat") as run:
+        yield run
+
+
+@pytest.fixture(scope="module")
+def requests(chat_run: FlavourRun) -> list[Request]:
+    return _requests(chat_run.spans)
+
+
+# --- tests ---------------------------------------------------------------------------------------
+def test_what_the_instrumentation_writes(chat_run: FlavourRun) -> None:
+    """Every ASGI span's name, event and parent are those of :data:`SPAN_FACTS`; a /chat request
+    sends one body, a completed /chat/stream request one per token the model generated (its chat
+    span's output tokens) and a last empty one."""
+    spans = chat_run.spans
+    by_id = {(s["trace_id"], s["span_id"]): s for s in spans}
+    roots = {s["trace_id"]: s for s in spans if not s["parent_span_id"]}
+    seen = set()
+    for s in spans:
+        event = s["attributes"].get("asgi.event.type")
+        if event is not None:
+            parent = by_id[(s["trace_id"], s["parent_span_id"])]
+            seen.add((roots[s["trace_id"]]["name"], s["name"], event, (parent["name"], parent["kind"])))
+    assert seen == SPAN_FACTS
+    for r in _requests(spans):
+        if r.operation == CHAT_OP:
+            assert r.body_sends == 1 and not r.abandoned, r
+        elif not r.abandoned:
+            (call,) = [s for s in spans if s["trace_id"] == r.trace_id and s["kind"] == "CLIENT"]
+            assert r.body_sends == call["attributes"]["gen_ai.usage.output_tokens"] + 1, r
+
+
+def test_the_run_has_what_the_checks_need(chat_run: FlavourRun, requests: list[Request]) -> None:
+    """Requests of both kinds in the window; some streaming clients gave up (as many abandoned
+    requests as the driver counted), most of them before any body byte; the others streamed."""
+    window = _in(requests, chat_run.current_ns)
+    outcomes = chat_run.info["outcomes"]
+    streams = [r for r in window if r.operation == STREAM_OP]
+    abandoned = [r for r in streams if r.abandoned]
+    assert len(streams) == REQUESTS and len([r for r in window if r.operation == CHAT_OP]) > 0
+    assert len(abandoned) == outcomes.get("/chat/stream abandoned", 0) >= 5, outcomes
+    assert sum(r.first_byte_ms is None for r in abandoned) >= len(abandoned) // 2, abandoned
+    assert all(r.body_sends >= 2 for r in streams if not r.abandoned)
+    # A completed stream's first byte was sent within its client's patience.
+    completed = [r.first_byte_ms for r in streams if not r.abandoned]
+    assert all(ms is not None and ms < STREAM_PATIENCE_S * 1000 for ms in completed), completed
