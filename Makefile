@@ -75,6 +75,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.summaries
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.anatomy
+	$(BIN)/python -m bench.first_byte
 
 clean:
 	rm -rf $(VENV) .tailwatch demo-out .pytest_cache .mypy_cache .ruff_cache

@@ -6,6 +6,10 @@ least ``cliff_min_jump``.
 
 Input is the per-request frame of :mod:`analytics.hot_path`; everything here is pure.
 
+The latency is the request's duration, or for the operations the conventions'
+``abandonment_latency`` names, its time to first byte (a streamed answer's user leaves while waiting
+for the first words, not the last; a request whose server marked no first byte keeps its duration).
+
 In sampled data (a request ``weight`` other than 1) counts are sums of weights (rounded), rates are
 weighted shares, and the Wilson interval is taken at Kish's effective sample size (Σw)²/Σw², not at
 the weighted count, which would claim ten times the evidence a 1-in-10 sample holds. A bucket takes
@@ -24,7 +28,15 @@ from analytics.conventions import Conventions
 from analytics.hot_path import is_weighted, request_stats
 from analytics.stats import percentile_exprs, wilson_interval
 
-__all__ = ["ABANDONMENT_SCHEMA", "ABANDONMENT_SUMMARY_SCHEMA", "abandonment", "abandonment_summary", "cliff"]
+__all__ = [
+    "ABANDONMENT_SCHEMA",
+    "ABANDONMENT_SUMMARY_SCHEMA",
+    "abandonment",
+    "abandonment_latency_ms",
+    "abandonment_summary",
+    "cliff",
+    "latency_read",
+]
 
 ABANDONMENT_SCHEMA: dict[str, Any] = {
     "service": pl.String,
@@ -47,7 +59,40 @@ ABANDONMENT_SUMMARY_SCHEMA: dict[str, Any] = {
     "rate": pl.Float64,
     "cliff_ms": pl.Int64,
     "p99_ms": pl.Float64,
+    "latency": pl.String,  # what the buckets and cliff read: "duration" or "first_byte"
 }
+
+
+def abandonment_latency_ms(requests: pl.DataFrame, conventions: Conventions) -> pl.Expr:
+    """Per request row of ``requests``: the latency its abandonment is read against, in ms (its
+    ``first_byte_ms`` where ``abandonment_latency`` says so and it has one, else ``duration_ms``)."""
+    if not conventions.abandonment_latency or "first_byte_ms" not in requests.columns:
+        return pl.col("duration_ms")
+    pairs = requests.select(pl.col("service", "operation").cast(pl.String)).unique()
+    chosen = [
+        f"{s}\x00{o}"
+        for s, o in pairs.iter_rows()
+        if conventions.abandonment_latency_of(s, o) == "first_byte"
+    ]
+    if not chosen:
+        return pl.col("duration_ms")
+    key = pl.concat_str(
+        pl.col("service").cast(pl.String), pl.lit("\x00"), pl.col("operation").cast(pl.String)
+    )
+    return (
+        pl.when(key.is_in(chosen))
+        .then(pl.col("first_byte_ms").fill_null(pl.col("duration_ms")))
+        .otherwise(pl.col("duration_ms"))
+    )
+
+
+def latency_read(conventions: Conventions) -> pl.Expr:
+    """``latency``: per (service, operation) row, what its abandonment is read against."""
+    return (
+        pl.struct(pl.col("service").cast(pl.String), pl.col("operation").cast(pl.String))
+        .map_elements(lambda r: conventions.abandonment_latency_of(r["service"], r["operation"]), pl.String)
+        .alias("latency")
+    )
 
 
 def abandonment(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
@@ -56,7 +101,8 @@ def abandonment(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFram
     if current.is_empty():
         return empty(ABANDONMENT_SCHEMA)
     width = conventions.bucket_ms
-    bucketed = current.with_columns((pl.col("duration_ms") // width).cast(pl.Int64).alias("bucket"))
+    latency_ms = abandonment_latency_ms(current, conventions)
+    bucketed = current.with_columns((latency_ms // width).cast(pl.Int64).alias("bucket"))
     keys = ("service", "operation", "bucket")
     if is_weighted(current):
         w = pl.col("weight").fill_null(1.0)
@@ -165,6 +211,7 @@ def abandonment_summary(
     )
     return (
         totals.join(cliff_frame, on=["service", "operation"], how="left")
+        .with_columns(latency_read(conventions))
         .sort("service", "operation")
         .select(list(ABANDONMENT_SUMMARY_SCHEMA))
     )

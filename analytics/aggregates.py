@@ -15,7 +15,11 @@ state              merges by
 ``lat_*``          sum per bucket — latency in log buckets (:mod:`analytics.sketch`): Σw and the
                    stored count per bucket
 ``ab_*``           sum per bucket — per ``bucket_ms`` bucket of latency: Σw, Σw², Σw abandoned,
-                   stored count (the abandonment curve, exact)
+                   stored count (the abandonment curve, exact; the latency is the time to first
+                   byte for the operations ``abandonment_latency`` says so)
+``first_byte``     sum — Σ w over requests whose server marked its first byte
+``streamed``       sum — Σ w over requests whose body went out in several sends
+``fb_*``           sum per bucket — time to first byte in log buckets, as ``lat_*``
 =================  =========================================================================
 
 A window's whole minutes merge in ClickHouse (``GROUP BY`` over ``ARRAY JOIN`` of the bucket arrays:
@@ -35,10 +39,21 @@ import numpy as np
 import polars as pl
 
 from analytics._common import empty
-from analytics.abandonment import ABANDONMENT_SCHEMA, ABANDONMENT_SUMMARY_SCHEMA, cliff
+from analytics.abandonment import (
+    ABANDONMENT_SCHEMA,
+    ABANDONMENT_SUMMARY_SCHEMA,
+    abandonment_latency_ms,
+    cliff,
+    latency_read,
+)
 from analytics.boundary import OperationSample
 from analytics.conventions import Conventions
-from analytics.hot_path import HOT_PATH_SCHEMA, HOT_PATH_SERIES_SCHEMA, weighted_quantiles
+from analytics.hot_path import (
+    FIRST_BYTE_QUANTILES,
+    HOT_PATH_SCHEMA,
+    HOT_PATH_SERIES_SCHEMA,
+    weighted_quantiles,
+)
 from analytics.sketch import bucket_expr, bucket_value_expr
 from analytics.stats import wilson_interval
 
@@ -90,6 +105,11 @@ AGG_REQUESTS_SCHEMA: dict[str, Any] = {
     "cf_bucket": pl.List(pl.Int16),
     "cf_weight": pl.List(pl.Float64),
     "cf_n": pl.List(pl.UInt64),
+    "first_byte": pl.Float64,
+    "streamed": pl.Float64,
+    "fb_bucket": pl.List(pl.Int16),
+    "fb_weight": pl.List(pl.Float64),
+    "fb_n": pl.List(pl.UInt64),
 }
 
 # The merged state a window's metrics read: per group (``service``, ``operation`` and the group's
@@ -104,6 +124,8 @@ TOTALS_STATE_SCHEMA: dict[str, Any] = {
     "weight_max": pl.Float64,
     "sync_llm_calls": pl.Float64,
     "abandoned": pl.Float64,
+    "first_byte": pl.Float64,
+    "streamed": pl.Float64,
 }
 LATENCY_STATE_SCHEMA: dict[str, Any] = {
     "service": pl.String,
@@ -124,18 +146,21 @@ ABANDONMENT_STATE_SCHEMA: dict[str, Any] = {
 
 
 def aggregate_requests(
-    requests: pl.DataFrame, bucket_ms: int, walked: pl.DataFrame | None = None
+    requests: pl.DataFrame, conventions: Conventions, walked: pl.DataFrame | None = None
 ) -> pl.DataFrame:
     """Per (minute, service, operation, version) of ``requests`` (the stored request rows: ``start``,
     ``trace_key``, the keys, ``duration_ms``, ``abandoned``, ``weight``, ``sync_llm_calls``,
-    ``sync_llm_ms``): the aggregate row (:data:`AGG_REQUESTS_SCHEMA`). ``walked`` (``trace_key``,
-    ``llm_ns``): the LLM time on the critical path of the traces walked when the minute was
-    summarised, which the counterfactual takes where it is less than the union of the calls (as
-    :func:`analytics.boundary.with_critical_path`). Pure."""
+    ``sync_llm_ms``, ``first_byte_ms``, ``streamed``): the aggregate row
+    (:data:`AGG_REQUESTS_SCHEMA`; abandonment buckets of the conventions' ``bucket_ms`` and
+    ``abandonment_latency``). ``walked`` (``trace_key``, ``llm_ns``): the LLM time on the critical
+    path of the traces walked when the minute was summarised, which the counterfactual takes where
+    it is less than the union of the calls (as :func:`analytics.boundary.with_critical_path`). Pure."""
     if requests.is_empty():
         return empty(AGG_REQUESTS_SCHEMA)
     keys = ["start", *_KEYS]
+    bucket_ms = conventions.bucket_ms
     w = pl.col("w")
+    abandonment_ms = abandonment_latency_ms(requests, conventions)
     sync_ms = pl.col("sync_llm_ms").fill_null(0.0)
     if walked is not None and not walked.is_empty():
         requests = requests.join(
@@ -151,10 +176,12 @@ def aggregate_requests(
         pl.col("abandoned").fill_null(False),
         pl.col("sync_llm_calls").cast(pl.Float64),
         bucket_expr("duration_ms").alias("lat"),
-        (pl.col("duration_ms") // bucket_ms).cast(pl.Int64).alias("ab"),
+        (abandonment_ms // bucket_ms).cast(pl.Int64).alias("ab"),
         pl.col("sync_llm_calls").cast(pl.UInt16).alias("calls"),
         (pl.col("duration_ms") - sync_ms).alias("_cf"),
-    ).with_columns(bucket_expr("_cf").alias("cf"))
+        pl.col("first_byte_ms"),
+        pl.col("streamed").fill_null(False),
+    ).with_columns(bucket_expr("_cf").alias("cf"), bucket_expr("first_byte_ms").alias("fb"))
     totals = rows.group_by(keys).agg(
         pl.len().cast(pl.UInt64).alias("requests"),
         w.sum().alias("weight"),
@@ -163,6 +190,8 @@ def aggregate_requests(
         w.max().alias("weight_max"),
         (w * pl.col("sync_llm_calls")).sum().alias("sync_llm_calls"),
         w.filter(pl.col("abandoned")).sum().alias("abandoned"),
+        w.filter(pl.col("first_byte_ms").is_not_null()).sum().alias("first_byte"),
+        w.filter(pl.col("streamed")).sum().alias("streamed"),
     )
     latency = (
         rows.group_by(*keys, "lat")
@@ -192,10 +221,25 @@ def aggregate_requests(
         .group_by(keys)
         .agg(pl.col("calls").alias("cf_calls"), pl.col("cf").alias("cf_bucket"), "cf_weight", "cf_n")
     )
+    first_byte = (
+        rows.filter(pl.col("first_byte_ms").is_not_null())
+        .group_by(*keys, "fb")
+        .agg(w.sum().alias("fb_weight"), pl.len().cast(pl.UInt64).alias("fb_n"))
+        .sort("fb")
+        .group_by(keys)
+        .agg(pl.col("fb").alias("fb_bucket"), "fb_weight", "fb_n")
+    )
     return (
         totals.join(latency, on=keys, how="left")
         .join(abandonment, on=keys, how="left")
         .join(counterfactual, on=keys, how="left")
+        .join(first_byte, on=keys, how="left")
+        .with_columns(
+            # An empty histogram, not a null one, where no request of the group marks a first byte.
+            pl.col("fb_bucket").fill_null(pl.lit([], pl.List(pl.Int16))),
+            pl.col("fb_weight").fill_null(pl.lit([], pl.List(pl.Float64))),
+            pl.col("fb_n").fill_null(pl.lit([], pl.List(pl.UInt64))),
+        )
         .with_columns(pl.lit(bucket_ms, pl.UInt32).alias("bucket_ms"))
         .sort(keys)
         .select(list(AGG_REQUESTS_SCHEMA))
@@ -207,6 +251,10 @@ def aggregate_requests(
 
 
 def _rows(requests: pl.DataFrame, extra: list[pl.Expr]) -> pl.DataFrame:
+    if "first_byte_ms" not in requests.columns:
+        requests = requests.with_columns(
+            pl.lit(None, pl.Float64).alias("first_byte_ms"), pl.lit(False).alias("streamed")
+        )
     return requests.select(
         pl.col("service", "operation").cast(pl.String),
         *extra,
@@ -214,6 +262,8 @@ def _rows(requests: pl.DataFrame, extra: list[pl.Expr]) -> pl.DataFrame:
         pl.col("abandoned").fill_null(False),
         pl.col("sync_llm_calls").cast(pl.Float64),
         pl.col("duration_ms"),
+        pl.col("first_byte_ms"),
+        pl.col("streamed").fill_null(False),
     )
 
 
@@ -230,22 +280,29 @@ def totals_state(requests: pl.DataFrame, group: list[pl.Expr] | None = None) -> 
         w.max().alias("weight_max"),
         (w * pl.col("sync_llm_calls")).sum().alias("sync_llm_calls"),
         w.filter(pl.col("abandoned")).sum().alias("abandoned"),
+        w.filter(pl.col("first_byte_ms").is_not_null()).sum().alias("first_byte"),
+        w.filter(pl.col("streamed")).sum().alias("streamed"),
     )
 
 
-def latency_state(requests: pl.DataFrame, group: list[pl.Expr] | None = None) -> pl.DataFrame:
-    """:data:`LATENCY_STATE_SCHEMA` (plus the ``group`` columns) of request rows. Pure."""
+def latency_state(
+    requests: pl.DataFrame, group: list[pl.Expr] | None = None, column: str = "duration_ms"
+) -> pl.DataFrame:
+    """:data:`LATENCY_STATE_SCHEMA` (plus the ``group`` columns) of request rows: the histogram of
+    ``column`` (``first_byte_ms``: of the requests with a first byte). Pure."""
     extra = group or []
-    rows = _rows(requests, extra).with_columns(bucket_expr("duration_ms").alias("bucket"))
+    rows = _rows(requests, extra).filter(pl.col(column).is_not_null())
+    rows = rows.with_columns(bucket_expr(column).alias("bucket"))
     return rows.group_by("service", "operation", *(e.meta.output_name() for e in extra), "bucket").agg(
         pl.col("w").sum().alias("weight"), pl.len().cast(pl.Int64).alias("n")
     )
 
 
-def abandonment_state(requests: pl.DataFrame, bucket_ms: int) -> pl.DataFrame:
+def abandonment_state(requests: pl.DataFrame, conventions: Conventions) -> pl.DataFrame:
     """:data:`ABANDONMENT_STATE_SCHEMA` of request rows. Pure."""
-    rows = _rows(requests, []).with_columns(
-        (pl.col("duration_ms") // bucket_ms).cast(pl.Int64).alias("bucket")
+    rows = _rows(requests, [])
+    rows = rows.with_columns(
+        (abandonment_latency_ms(rows, conventions) // conventions.bucket_ms).cast(pl.Int64).alias("bucket")
     )
     w = pl.col("w")
     return rows.group_by("service", "operation", "bucket").agg(
@@ -433,12 +490,25 @@ def tail_stats_from_state(
     return stats.select("service", "operation", pl.col("requests").alias("n"), "p99").cast(pl.Schema(schema))
 
 
-def hot_path_from_state(totals: pl.DataFrame, latency: pl.DataFrame, min_sampled_tail: int) -> pl.DataFrame:
-    """:data:`analytics.hot_path.HOT_PATH_SCHEMA` from the current window's merged state. Pure."""
+def hot_path_from_state(
+    totals: pl.DataFrame, latency: pl.DataFrame, min_sampled_tail: int, first_byte: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """:data:`analytics.hot_path.HOT_PATH_SCHEMA` from the current window's merged state (with
+    ``first_byte``, the time to first byte's histogram as :data:`LATENCY_STATE_SCHEMA`). Pure."""
     if totals.is_empty():
         return empty(HOT_PATH_SCHEMA)
     keys = ["service", "operation"]
     stats = _stats(totals, latency, keys, _QUANTILES, min_sampled_tail)
+    counts = totals.group_by(keys).agg(pl.col("first_byte", "streamed").sum())
+    stats = stats.join(counts, on=keys, how="left").with_columns(
+        pl.col("first_byte").fill_null(0.0).round().cast(pl.Int64).alias("first_byte_requests"),
+        pl.col("streamed").fill_null(0.0).round().cast(pl.Int64).alias("streamed_requests"),
+    )
+    if first_byte is not None and not first_byte.is_empty():
+        fb = first_byte.group_by(*keys, "bucket").agg(pl.col("weight").sum(), pl.col("n").sum())
+        stats = stats.join(_quantiles(fb, keys, FIRST_BYTE_QUANTILES).drop("tail"), on=keys, how="left")
+    else:
+        stats = stats.with_columns(pl.lit(None, pl.Float64).alias(c) for c in FIRST_BYTE_QUANTILES)
     return stats.sort(keys).select(list(HOT_PATH_SCHEMA)).cast(pl.Schema(HOT_PATH_SCHEMA))
 
 
@@ -522,6 +592,7 @@ def abandonment_summary_from_state(
         .with_columns(
             pl.col("abandoned").round().cast(pl.Int64),
             (pl.col("abandoned") / pl.col("_w")).alias("rate"),
+            latency_read(conventions),
         )
         .join(cliffs, on=keys, how="left")
         .sort(keys)

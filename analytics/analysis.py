@@ -110,6 +110,7 @@ from analytics.releases import (
     served_versions,
     step_reads,
 )
+from analytics.request_costs import LLM_COSTS_SCHEMA, llm_costs, request_llm_state, with_release_costs
 from analytics.retries import (
     RETRY_AMPLIFICATION_SCHEMA,
     RETRY_HOPS_SCHEMA,
@@ -150,6 +151,7 @@ FRAME_SCHEMAS: dict[str, dict[str, Any]] = {
     "slices": SLICES_SCHEMA,
     "what_if": WHAT_IF_SCHEMA,
     "existing_hedges": HEDGES_SCHEMA,
+    "llm_costs": LLM_COSTS_SCHEMA,
 }
 
 # The JSON of the boundary and of each slice variant (docs/analytics.md; the frames hold more).
@@ -262,6 +264,7 @@ class Analysis:
     existing_hedges: pl.DataFrame = dataclass_field(
         default_factory=lambda: pl.DataFrame(schema=HEDGES_SCHEMA)
     )
+    llm_costs: pl.DataFrame = dataclass_field(default_factory=lambda: pl.DataFrame(schema=LLM_COSTS_SCHEMA))
     bucket_ms: int = 500
     run_id: str = ""
     # The architecture drift report read beside this analysis (analytics.drift: its own window, the
@@ -316,7 +319,13 @@ class Analysis:
             "sync_llm_calls_per_request_after",
             "step_start",
             "step_end",
+            "llm_cost_per_request_before",
+            "llm_cost_per_request_after",
+            "llm_tokens_per_request_before",
+            "llm_tokens_per_request_after",
         ]
+        # Each release's model cost per request, before → after (analytics.request_costs).
+        releases = with_release_costs(self.releases, self.llm_costs)
         hot = []
         for row in _records(self.hot_path, list(HOT_PATH_SCHEMA)):
             sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
@@ -327,7 +336,7 @@ class Analysis:
             hot.append(
                 {
                     **row,
-                    "releases": _records(self.releases.filter(sel).sort("released_at"), release_cols),
+                    "releases": _records(releases.filter(sel).sort("released_at"), release_cols),
                     "release_coupling": coupling[0]
                     if coupling
                     else {
@@ -339,7 +348,7 @@ class Analysis:
                 }
             )
         abandonment_out = []
-        for row in _records(self.abandonment_summary, [*keys, "cliff_ms"]):
+        for row in _records(self.abandonment_summary, [*keys, "cliff_ms", "latency"]):
             sel = (pl.col("service") == row["service"]) & (pl.col("operation") == row["operation"])
             abandonment_out.append(
                 {
@@ -351,6 +360,8 @@ class Analysis:
                         ["lo_ms", "hi_ms", "requests", "abandoned", "rate", "rate_low", "rate_high"],
                     ),
                     "cliff_ms": row["cliff_ms"],
+                    # What the buckets read: the duration, or the time to first byte.
+                    "latency": row["latency"],
                 }
             )
         retries_out = []
@@ -445,6 +456,7 @@ class Analysis:
             "slices": slices_out,
             "what_if": _records(self.what_if, list(WHAT_IF_SCHEMA)),
             "existing_hedges": _records(self.existing_hedges, list(HEDGES_SCHEMA)),
+            "llm_costs": _records(self.llm_costs, list(LLM_COSTS_SCHEMA)),
             **drift,
         }
 
@@ -600,6 +612,7 @@ def analyze(
         llm_spans = without_queued_calls(llm_spans, trace_rows, roots["trace_key"])
         every_call = logical_calls(llm_spans, attempts, roots["trace_key"])
         requests = with_sync_llm_calls(rows, every_call)
+        cost_state = request_llm_state(requests, every_call, [pl.col("window").cast(pl.String)])
         calls = calls_in_windows(every_call, windows, keep=("start_ns", "end_ns"))
         call_sums = anatomy_totals(calls)
         sync_calls = every_call.filter(pl.col("sync")).select("trace_key", "start_ns", "end_ns", "sync")
@@ -697,6 +710,7 @@ def analyze(
                 _window_days(windows),
             ),
             anatomy_series=llm_anatomy_series(_series_buckets(calls, anatomy_every(every))),
+            costs=llm_costs(cost_state, conv.llm_prices, _window_lengths(windows)),
             conv=conv,
         ),
     )
@@ -725,6 +739,7 @@ def _frames(
     hedges: pl.DataFrame,
     anatomy: pl.DataFrame,
     anatomy_series: pl.DataFrame,
+    costs: pl.DataFrame,
     conv: Conventions,
 ) -> dict[str, pl.DataFrame]:
     return dict(
@@ -750,6 +765,7 @@ def _frames(
         slices=slice_rows,
         what_if=what_if_rows,
         existing_hedges=hedges,
+        llm_costs=costs,
     )
 
 
@@ -766,6 +782,10 @@ def _series_buckets(calls: pl.DataFrame, every: timedelta) -> pl.DataFrame:
         ((pl.col("start_ns") // every_ns) * every_ns).alias("bucket_ns")
     )
     return anatomy_buckets(current, ["bucket_ns", "provider", "model"])
+
+
+def _window_lengths(windows: Windows) -> dict[str, timedelta]:
+    return {"current": windows.end - windows.start, "baseline": windows.baseline_end - windows.baseline_start}
 
 
 def _window_days(windows: Windows) -> tuple[float, float]:
@@ -903,7 +923,9 @@ class _FromSummaries:
     @cached_property
     def hot_path(self) -> pl.DataFrame:
         if self._aggregated:
-            return hot_path_from_state(*self.inputs.request_state(), self.conv.min_sampled_tail)
+            return hot_path_from_state(
+                *self.inputs.request_state(), self.conv.min_sampled_tail, self.inputs.first_byte_state
+            )
         return hot_path_summary(self.inputs.requests, self.conv.min_sampled_tail)
 
     @cached_property
@@ -966,6 +988,10 @@ class _FromSummaries:
     @cached_property
     def _call_sums(self) -> pl.DataFrame:
         return anatomy_totals(self.inputs.calls)
+
+    @cached_property
+    def llm_costs(self) -> pl.DataFrame:
+        return llm_costs(self.inputs.request_llm, self.conv.llm_prices, _window_lengths(self.windows))
 
     @cached_property
     def llm_anatomy(self) -> pl.DataFrame:

@@ -232,16 +232,27 @@ def abandonment_by_operation(
     abandonment_summary: pl.DataFrame, buckets: pl.DataFrame
 ) -> tuple[dict[tuple[str, str], Any], dict[tuple[str, str], pl.DataFrame]]:
     """Per (service, operation): its abandonment cliff (for the budget) and its curve (the buckets,
-    for the abandoned requests saved)."""
+    for the abandoned requests saved). An operation whose abandonment is read against its time to
+    first byte has neither here: its curve is not one of the duration this report moves."""
+    by_first_byte = set()
+    if "latency" in abandonment_summary.columns:
+        by_first_byte = {
+            (str(s), str(o))
+            for s, o in abandonment_summary.filter(pl.col("latency") == "first_byte")
+            .select("service", "operation")
+            .rows()
+        }
     cliffs = {
         (str(service), str(operation)): cliff
         for service, operation, cliff in abandonment_summary.select("service", "operation", "cliff_ms").rows()
+        if (str(service), str(operation)) not in by_first_byte
     }
     curves = {
         (str(key[0]), str(key[1])): curve
         for key, curve in (
             buckets.partition_by("service", "operation", as_dict=True) if not buckets.is_empty() else {}
         ).items()
+        if (str(key[0]), str(key[1])) not in by_first_byte
     }
     return cliffs, curves
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from datetime import timedelta
+from fnmatch import fnmatchcase
 from typing import Any, Literal, cast
 
 from collectors import span_kind_sql, status_code_sql
@@ -40,6 +41,7 @@ _REDUCED_WITH = frozenset(
         "flag_events",
         "slice_attributes",
         "summary_walk_share",
+        "abandonment_latency",
     }
 )
 
@@ -193,6 +195,13 @@ class Conventions:
         "gen_ai.is_streaming",
         "llm.is_streaming",
     )
+    # A streamed endpoint's first byte: the earliest span of the root's trace and service whose
+    # attribute ``first_byte_attribute`` holds one of ``first_byte_events`` (the ASGI instrumentation's
+    # "<route> http send" span per send() call; Starlette's StreamingResponse sends
+    # http.response.start before it produces its body, so the first *body* send is the first byte of
+    # content the user sees). Two or more such sends make the response streamed. "" reads none.
+    first_byte_attribute: str = "asgi.event.type"
+    first_byte_events: tuple[str, ...] = ("http.response.body",)
     # Spans of a trace may start after the analysis window closes (the request began inside it):
     # per-trace reductions read this much past the end.
     trace_margin: timedelta = timedelta(minutes=5)
@@ -223,6 +232,11 @@ class Conventions:
     bucket_ms: int = 500
     cliff_min_requests: int = 30  # a bucket needs this many requests to take part in the cliff
     cliff_min_jump: float = 0.05  # the cliff's rise in abandonment rate over the bucket before it
+    # Which latency an operation's abandonment is read against: (service glob, operation glob,
+    # "duration" | "first_byte"), the first match wins, else "duration"; config files give tables
+    # {service = "*", operation = "POST /chat/stream", latency = "first_byte"}. A streamed answer's
+    # user waits for its first byte, not its last; a request without a first byte keeps its duration.
+    abandonment_latency: tuple[tuple[str, str, str], ...] = ()
 
     # --- attribution ---------------------------------------------------------------------
     tail_quantile: float = 0.99
@@ -357,6 +371,7 @@ class Conventions:
             _per_operation_ms(self.what_if_fallbacks, "what_if_fallbacks", "fallback", "20ms"),
         )
         object.__setattr__(self, "llm_prices", _prices(self.llm_prices))
+        object.__setattr__(self, "abandonment_latency", _abandonment_latency(self.abandonment_latency))
         try:
             # Milliseconds as numbers, or durations in the one grammar ("2s", "1500ms").
             delays = tuple(
@@ -429,6 +444,14 @@ class Conventions:
                 raise ConventionsError(f"conventions: {name} must not be negative")
 
     # ------------------------------------------------------------------------------------
+    def abandonment_latency_of(self, service: str, operation: str) -> str:
+        """``"first_byte"`` or ``"duration"``: the latency ``operation``'s abandonment is read
+        against (:attr:`abandonment_latency`, the first match)."""
+        for service_glob, operation_glob, latency in self.abandonment_latency:
+            if fnmatchcase(service, service_glob) and fnmatchcase(operation, operation_glob):
+                return latency
+        return "duration"
+
     def summary_key(self) -> str:
         """A digest of the conventions the summaries are reduced with (which spans are requests,
         calls, jobs; their attributes; the trace margin; the abandonment buckets; the flags; the
@@ -528,6 +551,8 @@ class Conventions:
             "cv_code_fn_attrs": list(self.code_function_attributes),
             "cv_code_ns_attrs": list(self.code_namespace_attributes),
             "cv_batch_attrs": list(self.batch_size_attributes),
+            "cv_first_byte_attr": self.first_byte_attribute,
+            "cv_first_byte_events": list(self.first_byte_events),
         }
 
 
@@ -579,6 +604,37 @@ def _prices(entries: Any) -> tuple[Price, ...]:
                 cached_input=numbers["cached_input"],
             )
         )
+    return tuple(out)
+
+
+ABANDONMENT_LATENCIES = ("duration", "first_byte")
+
+
+def _abandonment_latency(entries: Any) -> tuple[tuple[str, str, str], ...]:
+    """``abandonment_latency`` as (service glob, operation glob, latency) triples, from triples or
+    from tables ``{service, operation, latency}`` (``service``/``operation`` default ``"*"``)."""
+    hint = (
+        'conventions: abandonment_latency takes tables like { service = "*", operation = '
+        '"POST /chat/stream", latency = "first_byte" } (latency: duration or first_byte)'
+    )
+    if isinstance(entries, Mapping | str):
+        raise ConventionsError(hint)
+    out: list[tuple[str, str, str]] = []
+    for entry in entries:
+        if isinstance(entry, Mapping):
+            if set(entry) - {"service", "operation", "latency"} or "latency" not in entry:
+                raise ConventionsError(f"{hint}; got {dict(entry)!r}")
+            service, operation = entry.get("service", "*"), entry.get("operation", "*")
+            latency = entry["latency"]
+        else:
+            try:
+                service, operation, latency = entry
+            except (TypeError, ValueError):
+                raise ConventionsError(f"{hint}; got {entry!r}") from None
+        values = (service, operation, latency)
+        if not all(isinstance(v, str) for v in values) or latency not in ABANDONMENT_LATENCIES:
+            raise ConventionsError(f"{hint}; got {entry!r}")
+        out.append((service, operation, latency))
     return tuple(out)
 
 
@@ -746,6 +802,10 @@ TTFT_EVENT_NS = (
     "NULL)"
 )
 STREAMED = f"(lower({_first('cv_stream_attrs')}) IN ('true', '1'))"
+# A server's send of its response's first byte (analytics.llm_spans.first_bytes_sql): the key for
+# PREWHERE (the key subcolumn only), then the value.
+MAYBE_FIRST_BYTE = "has(SpanAttributes.keys, {cv_first_byte_attr:String})"
+IS_FIRST_BYTE = f"({_span('cv_first_byte_attr')} IN {{cv_first_byte_events:Array(String)}})"
 # A function's name: the code attributes' function, its namespace prepended when not already in it
 # ('' without code attributes: the span name alone names it).
 _CODE_FN = _first("cv_code_fn_attrs")

@@ -36,6 +36,7 @@ __all__ = [
     "HOT_PATH_SERIES_SCHEMA",
     "REQUESTS_SCHEMA",
     "fetch_requests",
+    "first_byte_stats",
     "hot_path_series",
     "hot_path_summary",
     "is_weighted",
@@ -61,6 +62,10 @@ REQUESTS_SCHEMA: dict[str, Any] = {
     "abandoned": pl.Boolean,
     "weight": pl.Float64,  # requests the root stands for: 1.0 unless sampled
     "sync_llm_calls": pl.Int64,
+    # Time to the response's first byte where the server marks it (a streamed endpoint's user sees
+    # this, not the duration; null without a mark), and whether the body went out in several sends.
+    "first_byte_ms": pl.Float64,
+    "streamed": pl.Boolean,
     "window": WINDOW,
 }
 
@@ -81,6 +86,12 @@ HOT_PATH_SCHEMA: dict[str, Any] = {
     "effective_sample_size": pl.Float64,
     "p99_tail_samples": pl.Int64,
     "p99_warning": pl.Boolean,
+    # Streamed endpoints: the requests whose server marked its first byte, those streamed, and the
+    # time to first byte's percentiles (null where no request has a mark).
+    "first_byte_requests": pl.Int64,
+    "streamed_requests": pl.Int64,
+    "ttfb_p50_ms": pl.Float64,
+    "ttfb_p99_ms": pl.Float64,
 }
 
 HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
@@ -96,6 +107,7 @@ HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
 }
 
 _QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99, "p999_ms": 0.999}
+FIRST_BYTE_QUANTILES = {"ttfb_p50_ms": 0.5, "ttfb_p99_ms": 0.99}
 
 
 def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
@@ -105,6 +117,10 @@ def request_rows(roots: pl.DataFrame, windows: Windows) -> pl.DataFrame:
     :func:`with_sync_llm_calls`. Pure."""
     if "weight" not in roots.columns:
         roots = roots.with_columns(pl.lit(1.0, pl.Float64).alias("weight"))
+    if "first_byte_ms" not in roots.columns:
+        roots = roots.with_columns(pl.lit(None, pl.Float64).alias("first_byte_ms"))
+    if "streamed" not in roots.columns:
+        roots = roots.with_columns(pl.lit(False).alias("streamed"))
     start = pl.col("start").dt.epoch("ns")
     parts = [
         roots.filter((start >= pl.lit(lo).dt.epoch("ns")) & (start < pl.lit(hi).dt.epoch("ns"))).with_columns(
@@ -235,15 +251,39 @@ def fetch_requests(store: Store, windows: Windows, conventions: Conventions) -> 
     return with_sync_llm_calls(request_rows(roots, windows), calls)
 
 
+def first_byte_stats(requests: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Per group of ``keys``: ``first_byte_requests`` and ``streamed_requests`` (weighted counts,
+    rounded) and the time to first byte's ``ttfb_p50_ms``/``ttfb_p99_ms`` over the requests with
+    one (null where none has). Pure."""
+    w = pl.col("weight").fill_null(1.0) if "weight" in requests.columns else pl.lit(1.0)
+    marked = pl.col("first_byte_ms").is_not_null()
+    counts = requests.group_by(*keys).agg(
+        w.filter(marked).sum().round().cast(pl.Int64).alias("first_byte_requests"),
+        w.filter(pl.col("streamed").fill_null(False)).sum().round().cast(pl.Int64).alias("streamed_requests"),
+    )
+    with_mark = requests.filter(marked).with_columns(pl.col("first_byte_ms").alias("duration_ms"))
+    if with_mark.is_empty():
+        return counts.with_columns(pl.lit(None, pl.Float64).alias(c) for c in FIRST_BYTE_QUANTILES)
+    quantiles = request_stats(with_mark.drop("sync_llm_calls", strict=False), keys, FIRST_BYTE_QUANTILES, 0)
+    return counts.join(quantiles.select(*keys, *FIRST_BYTE_QUANTILES), on=list(keys), how="left")
+
+
 def hot_path_summary(requests: pl.DataFrame, min_sampled_tail: int = 10) -> pl.DataFrame:
     """Per (service, operation) of the current window: requests, exact p50/p95/p99/p999 (linear
     interpolation; of the weighted population in sampled data), synchronous LLM calls per request
-    and the sample behind them (:func:`request_stats`). Pure."""
+    and the sample behind them (:func:`request_stats`), the time to first byte
+    (:func:`first_byte_stats`). Pure."""
     current = requests.filter(pl.col("window") == "current")
     if current.is_empty():
         return empty(HOT_PATH_SCHEMA)
+    if "first_byte_ms" not in current.columns:
+        current = current.with_columns(
+            pl.lit(None, pl.Float64).alias("first_byte_ms"), pl.lit(False).alias("streamed")
+        )
+    keys = ["service", "operation"]
     return (
-        request_stats(current, ["service", "operation"], _QUANTILES, min_sampled_tail)
+        request_stats(current, keys, _QUANTILES, min_sampled_tail)
+        .join(first_byte_stats(current, keys), on=keys, how="left")
         .sort("service", "operation")
         .select(list(HOT_PATH_SCHEMA))
     )

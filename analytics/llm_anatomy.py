@@ -53,6 +53,7 @@ __all__ = [
     "llm_anatomy",
     "llm_anatomy_series",
     "llm_cause",
+    "price_of",
     "usd_per_token",
     "with_llm_causes",
 ]
@@ -132,7 +133,7 @@ LLM_ANATOMY_SCHEMA: dict[str, Any] = {
 }
 
 
-def _price(prices: Sequence[Price], provider: str, model: str) -> Price | None:
+def price_of(prices: Sequence[Price], provider: str, model: str) -> Price | None:
     """The first price naming the provider (or ``*``) and the model."""
     return next((p for p in prices if p.matches(provider, model)), None)
 
@@ -162,7 +163,7 @@ def usd_per_token(totals: pl.DataFrame, prices: Sequence[Price]) -> dict[str, fl
         .agg(pl.col("input_tokens", "output_tokens", "cached_tokens").sum())
     )
     for provider, model, inputs, outputs, cached in current.iter_rows():
-        cost = call_cost(_price(prices, provider, model), inputs, outputs, cached)
+        cost = call_cost(price_of(prices, provider, model), inputs, outputs, cached)
         if cost is not None and inputs + outputs > 0:
             out[f"{provider}/{model}"] = cost / (inputs + outputs)
     return out
@@ -393,7 +394,7 @@ def llm_anatomy(
     rows = []
     pairs = totals.select("provider", "model").unique().sort("provider", "model")
     for provider, model in pairs.iter_rows():
-        price = _price(prices, provider, model)
+        price = price_of(prices, provider, model)
         mine_t = totals.filter((pl.col("provider") == provider) & (pl.col("model") == model))
         mine_b = buckets.filter((pl.col("provider") == provider) & (pl.col("model") == model))
         current = _side(

@@ -39,6 +39,7 @@ from analytics.conventions import (
     INPUT_TOKENS,
     IS_BOUNDARY,
     IS_COLD_MARKED,
+    IS_FIRST_BYTE,
     IS_HOT_ROOT,
     IS_HTTP_CLIENT,
     IS_LLM,
@@ -46,6 +47,7 @@ from analytics.conventions import (
     KIND,
     MAYBE_BOUNDARY,
     MAYBE_COUNTED,
+    MAYBE_FIRST_BYTE,
     MAYBE_HTTP_CLIENT,
     MAYBE_LLM,
     MAYBE_MARKED_HOT,
@@ -72,6 +74,7 @@ __all__ = [
     "ROOTS_SCHEMA",
     "fetch_llm_spans",
     "fetch_roots",
+    "first_bytes_sql",
     "llm_spans_sql",
     "roots_sql",
 ]
@@ -87,6 +90,16 @@ ROOTS_SCHEMA: dict[str, Any] = {
     "abandoned": pl.Boolean,
     # How many requests the root stands for: 1.0 unless the data is sampled (conventions.WEIGHT).
     "weight": pl.Float64,
+    # Time to the response's first byte (first_bytes_sql; null where the server marks none) and
+    # whether the body went out in two or more sends.
+    "first_byte_ms": pl.Float64,
+    "streamed": pl.Boolean,
+}
+
+FIRST_BYTES_SCHEMA: dict[str, Any] = {
+    "service_key": pl.UInt64,  # cityHash64(TraceId, ServiceName)
+    "first_byte_ns": pl.Int64,
+    "streamed": pl.Boolean,
 }
 
 LLM_SPANS_SCHEMA: dict[str, Any] = {
@@ -142,14 +155,32 @@ def roots_sql(table: str) -> str:
     # roots whose maps carry the mark's key, and the WHERE's OR looks the mark up only for the
     # latter (one scan of the parent ids; two SELECTs, one per kind of root, read them twice).
     return f"""
-SELECT cityHash64(TraceId) AS trace_key, toLowCardinality(ServiceName) AS service,
-       toLowCardinality(SpanName) AS operation, toLowCardinality({VERSION}) AS version,
+SELECT cityHash64(TraceId) AS trace_key, cityHash64(TraceId, ServiceName) AS service_key,
+       toLowCardinality(ServiceName) AS service, toLowCardinality(SpanName) AS operation,
+       toLowCardinality({VERSION}) AS version,
        Timestamp AS start, Duration / 1e6 AS duration_ms, {ABANDONED} AS abandoned,
        {WEIGHT} AS weight
 FROM {table}
 PREWHERE ParentSpanId = '' AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {MAYBE_MARKED_HOT})
 WHERE {_IN_WINDOWS} AND ({KIND} IN {{cv_hot_kinds:Array(String)}} OR {PATH} = {{cv_hot:String}})
 {_DICTIONARIES}
+"""
+
+
+def first_bytes_sql(table: str) -> str:
+    """Per trace and service (``service_key``): the first send of a response byte (start, ns) and
+    whether there were several (``streamed``), of the spans started in either window or its margin."""
+    # Grouped here: a streamed response has one send span per chunk. The service, not the parent,
+    # ties them to the root: the ASGI instrumentation parents a send to the span current at the
+    # send() call, which is an application span when a generator yields inside one. Two sends at
+    # different times make a stream (a span's duplicates share its time): no distinct count of ids.
+    return f"""
+SELECT cityHash64(TraceId, ServiceName) AS service_key,
+       min(toUnixTimestamp64Nano(Timestamp)) AS first_byte_ns, max(Timestamp) > min(Timestamp) AS streamed
+FROM {table}
+PREWHERE {MAYBE_FIRST_BYTE}
+WHERE {_IN_WINDOWS} AND {IS_FIRST_BYTE} AND ParentSpanId != ''
+GROUP BY service_key
 """
 
 
@@ -206,8 +237,24 @@ def _fetch(
 
 
 def fetch_roots(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:
-    """Hot-path roots (:data:`ROOTS_SCHEMA`), duplicates included (one row per ``trace_key`` wanted)."""
-    return _fetch(store, roots_sql(store.table(TRACES_TABLE)), windows, conventions, ROOTS_SCHEMA)
+    """Hot-path roots (:data:`ROOTS_SCHEMA`) with their first byte, duplicates included (one row
+    per ``trace_key`` wanted)."""
+    table = store.table(TRACES_TABLE)
+    columns = {k: v for k, v in ROOTS_SCHEMA.items() if k not in ("first_byte_ms", "streamed")}
+    roots = _fetch(store, roots_sql(table), windows, conventions, {**columns, "service_key": pl.UInt64})
+    if not conventions.first_byte_attribute or roots.is_empty():
+        return roots.select(
+            *columns, pl.lit(None, pl.Float64).alias("first_byte_ms"), pl.lit(False).alias("streamed")
+        )
+    sends = _fetch(store, first_bytes_sql(table), windows, conventions, FIRST_BYTES_SCHEMA)
+    return (
+        roots.join(sends, on="service_key", how="left", maintain_order="left")
+        .with_columns(
+            ((pl.col("first_byte_ns") - pl.col("start").dt.epoch("ns")) / 1e6).alias("first_byte_ms"),
+            pl.col("streamed").fill_null(False),
+        )
+        .select(list(ROOTS_SCHEMA))
+    )
 
 
 def fetch_llm_spans(store: Store, windows: Windows, conventions: Conventions) -> pl.DataFrame:

@@ -169,7 +169,21 @@ def _llm_causes(ctx: DDLContext) -> list[str]:
     return [f"ALTER TABLE {ctx.name(history_table('attribution'))}{ctx.on_cluster} {adds}"]
 
 
-# Versions 1-3, 7-10, 13, 19 and 22 of the analytics component (analytics.schema holds the others).
+def _first_byte(ctx: DDLContext) -> list[str]:
+    # Tables made before streamed endpoints' first byte was read: the hot path's time to first byte
+    # and what each operation's abandonment was read against. Old rows read these as null.
+    statements = []
+    for frame, columns in (
+        ("hot_path", ("first_byte_requests", "streamed_requests", "ttfb_p50_ms", "ttfb_p99_ms")),
+        ("abandonment_summary", ("latency",)),
+    ):
+        schema = FRAME_SCHEMAS[frame]
+        adds = ", ".join(f"ADD COLUMN IF NOT EXISTS `{c}` {clickhouse_type(schema[c])}" for c in columns)
+        statements.append(f"ALTER TABLE {ctx.name(history_table(frame))}{ctx.on_cluster} {adds}")
+    return statements
+
+
+# Versions 1-3, 7-10, 13, 19, 22 and 24 of the analytics component (analytics.schema holds the others).
 MIGRATIONS: tuple[Migration, ...] = (
     migration(1, RUNS_TABLE, _runs),
     migration(2, FRAMES_TABLE, _frames),
@@ -181,6 +195,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(13, "tailwatch_analysis_releases step window", _release_steps),
     migration(19, "tailwatch_analysis_llm_signals failed attempt rates", _llm_failed_attempts),
     migration(22, "tailwatch_analysis_attribution causes inside llm", _llm_causes),
+    migration(24, "tailwatch_analysis_hot_path first byte, _abandonment_summary latency", _first_byte),
 )
 register_migrations(MIGRATIONS)
 

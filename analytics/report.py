@@ -86,6 +86,32 @@ def _hot_path(data: dict[str, Any]) -> list[str]:
         for h in data["hot_path"]
         if h.get("p99_warning")
     ]
+    streamed = [h for h in data["hot_path"] if h.get("first_byte_requests") and h.get("streamed_requests")]
+    if streamed:
+        out += ["", "STREAMED ENDPOINTS (ms; the first byte of the body, as the server sent it)"]
+        out += _table(
+            [
+                "service",
+                "operation",
+                "requests",
+                "streamed",
+                "first byte p50",
+                "first byte p99",
+                "p99 (last)",
+            ],
+            [
+                [
+                    h["service"],
+                    h["operation"],
+                    _fmt(h["requests"]),
+                    _fmt(h["streamed_requests"]),
+                    _fmt(h["ttfb_p50_ms"]),
+                    _fmt(h["ttfb_p99_ms"]),
+                    _fmt(h["p99_ms"]),
+                ]
+                for h in streamed
+            ],
+        )
     release_rows = [
         [
             h["service"],
@@ -171,7 +197,8 @@ def _abandonment(data: dict[str, Any]) -> list[str]:
         curve = "  ".join(
             f"{b['lo_ms']}:{b['rate'] * 100:.1f}%" for b in a["buckets"] if b["rate"] is not None
         )
-        out.append(f"{a['service']} {a['operation']}  cliff_ms={_fmt(a['cliff_ms'])}  {curve}")
+        against = "  (by time to first byte)" if a.get("latency") == "first_byte" else ""
+        out.append(f"{a['service']} {a['operation']}  cliff_ms={_fmt(a['cliff_ms'])}{against}  {curve}")
     return out
 
 
@@ -503,6 +530,46 @@ def _drift(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def _llm_costs(data: dict[str, Any]) -> list[str]:
+    """Per hot operation what a request costs in model calls, baseline → current, and per release
+    the step."""
+    rows = [c for c in data.get("llm_costs", []) if c["version"] == ""]
+    by_key: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for c in rows:
+        by_key.setdefault((c["service"], c["operation"]), {})[c["window"]] = c
+    table = []
+    for (service, operation), windows in sorted(by_key.items()):
+        now, then = windows.get("current", {}), windows.get("baseline", {})
+        if not now.get("sync_llm_calls_per_request") and not then.get("sync_llm_calls_per_request"):
+            continue
+        table.append(
+            [
+                service,
+                operation,
+                _pair(then.get("sync_llm_calls_per_request"), now.get("sync_llm_calls_per_request"), 2),
+                _pair(then.get("llm_tokens_per_request"), now.get("llm_tokens_per_request"), 0),
+                _pair(then.get("llm_cost_per_request"), now.get("llm_cost_per_request"), 5),
+                _fmt(now.get("llm_cost_per_day"), 2),
+            ]
+        )
+    if not table:
+        return []
+    out = ["LLM COST PER HOT REQUEST (baseline→current; synchronous model calls; USD, '-' without a price)"]
+    out += _table(["service", "operation", "calls/req", "tokens/req", "USD/req", "USD/day"], table)
+    steps = [
+        f"  {h['service']} {h['operation']} {r['version']}: "
+        f"{_fmt(r['llm_tokens_per_request_before'], 0)} → {_fmt(r['llm_tokens_per_request_after'], 0)} "
+        f"tokens/req, USD {_fmt(r['llm_cost_per_request_before'], 5)} → "
+        f"{_fmt(r['llm_cost_per_request_after'], 5)}/req"
+        for h in data["hot_path"]
+        for r in h["releases"]
+        if r.get("llm_tokens_per_request_after") is not None
+    ]
+    if steps:
+        out += ["  per release (the version before → this one):", *steps]
+    return out
+
+
 _SECTIONS = (
     _hot_path,
     _boundary,
@@ -514,6 +581,7 @@ _SECTIONS = (
     _retries,
     _llm_calls,
     _llm_anatomy,
+    _llm_costs,
     _attribution,
     _drift,
 )

@@ -12,7 +12,9 @@ from analytics.summary_tables import (
     anatomy_columns,
     anatomy_tables,
     failed_calls_column,
+    first_byte_columns,
     minutes_layer,
+    request_llm_tables,
     summary_tables,
     summary_top_tables,
 )
@@ -96,6 +98,12 @@ MIGRATIONS: tuple[Migration, ...] = (
     migration(18, "tailwatch_summary_llm_calls and _llm_call_minutes failed_calls", failed_calls_column),
     migration(20, "tailwatch_summary_llm_calls and _llm_call_minutes anatomy columns", anatomy_columns),
     migration(21, "tailwatch_agg_llm_anatomy", anatomy_tables),
+    migration(
+        23,
+        "tailwatch_summary_requests, _top_requests and tailwatch_agg_requests first byte",
+        first_byte_columns,
+    ),
+    migration(25, "tailwatch_agg_request_llm", request_llm_tables),
 )
 
 register_migrations(MIGRATIONS)

@@ -80,6 +80,7 @@ from analytics.llm_anatomy import ANATOMY_BUCKETS_SCHEMA, anatomy_buckets
 from analytics.llm_calls import CALLS_SCHEMA, logical_calls, span_attempts
 from analytics.llm_spans import fetch_llm_spans, fetch_roots
 from analytics.releases import STEP_REQUESTS_SCHEMA, record_release_times
+from analytics.request_costs import REQUEST_LLM_STATE_SCHEMA, request_llm_state
 from analytics.retries import (
     RETRY_HOP_STATE_SCHEMA,
     RETRY_RUN_STATE_SCHEMA,
@@ -94,6 +95,7 @@ from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
     AGG_LLM_ANATOMY_TABLE,
+    AGG_REQUEST_LLM_TABLE,
     AGG_REQUESTS_TABLE,
     AGG_WORKFLOW_HOPS_TABLE,
     AGG_WORKFLOW_RUNS_TABLE,
@@ -130,9 +132,9 @@ _MINUTE = timedelta(minutes=1)
 # The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates),
 # 2 the workflow runs' (analytics.retries.retry_state), 3 the LLM calls that failed after their
 # retries (failed_calls), 4 the calls' anatomy (tokens, cache, first token, and
-# tailwatch_agg_llm_anatomy). A build summarises again every minute
-# recorded with an older layout.
-LAYER = 4
+# tailwatch_agg_llm_anatomy), 5 the requests' time to first byte. A build summarises again every
+# minute recorded with an older layout.
+LAYER = 5
 # Recorded for a chunk's minutes before its rows are written, replaced by LAYER once they all are:
 # a build killed in between leaves them so, and the next build summarises them again (after
 # deleting whatever part of their rows was written).
@@ -265,6 +267,8 @@ class RangeRows:
     workflow_run_aggregates: pl.DataFrame
     # analytics.llm_anatomy.anatomy_buckets per minute the calls started (``start``)
     anatomy_aggregates: pl.DataFrame
+    # analytics.request_costs.request_llm_state per minute the requests started (``start``)
+    request_llm_aggregates: pl.DataFrame
 
     @classmethod
     def empty(cls, lo: datetime, hi: datetime) -> RangeRows:
@@ -285,6 +289,7 @@ class RangeRows:
             empty({**RETRY_HOP_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
             empty({**RETRY_RUN_STATE_SCHEMA, "start": pl.Datetime("ns", "UTC")}),
             empty(ANATOMY_MINUTES_SCHEMA),
+            empty(REQUEST_LLM_MINUTES_SCHEMA),
         )
 
 
@@ -332,6 +337,9 @@ def top_requests(marked: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 ANATOMY_MINUTES_SCHEMA: dict[str, Any] = {"start": pl.Datetime("ns", "UTC"), **ANATOMY_BUCKETS_SCHEMA}
+REQUEST_LLM_MINUTES_SCHEMA: dict[str, Any] = {"start": pl.Datetime("ns", "UTC"), **REQUEST_LLM_STATE_SCHEMA}
+_REQUEST_LLM_SUMS = ("requests", "calls", "input_tokens", "output_tokens", "cached_tokens")
+_MINUTE_OF_START = pl.col("start").cast(pl.Datetime("ns", "UTC")).dt.truncate("1m").alias("start")
 
 
 def anatomy_minutes(calls: pl.DataFrame) -> pl.DataFrame:
@@ -484,10 +492,11 @@ def extract_range(
         job_spans=fetch_job_spans(store, only, conv),
         workflow_spans=wf_spans,
         evaluations=fetch_flag_evaluations(store, only, conv, margin=False),
-        request_aggregates=aggregate_requests(stored_requests, conv.bucket_ms, walks),
+        request_aggregates=aggregate_requests(stored_requests, conv, walks),
         workflow_hop_aggregates=hop_state,
         workflow_run_aggregates=run_state,
         anatomy_aggregates=anatomy_minutes(calls),
+        request_llm_aggregates=request_llm_state(stored_requests, every_call, [_MINUTE_OF_START]),
     )
 
 
@@ -534,6 +543,7 @@ def _write(store: Store, rows: RangeRows) -> dict[str, int]:
         AGG_WORKFLOW_HOPS_TABLE: rows.workflow_hop_aggregates,
         AGG_WORKFLOW_RUNS_TABLE: rows.workflow_run_aggregates,
         AGG_LLM_ANATOMY_TABLE: rows.anatomy_aggregates,
+        AGG_REQUEST_LLM_TABLE: rows.request_llm_aggregates,
     }
     written = {}
     for name, frame in tables.items():
@@ -1362,14 +1372,15 @@ class SummaryInputs:
         summarised, reduced raw rows elsewhere."""
         return self._rows_of([(a, b)])
 
-    def sync_calls(self, a: datetime, b: datetime) -> pl.DataFrame:
+    def sync_calls(self, a: datetime, b: datetime, *, with_tokens: bool = False) -> pl.DataFrame:
         """The synchronous logical LLM calls starting in [a, b) (``trace_key``, ``provider``,
-        ``model``, ``start_ns``, ``end_ns``, ``tokens``): stored rows where summarised, reduced
-        raw rows elsewhere."""
-        schema = {
-            k: STORED_CALLS_SCHEMA[k]
-            for k in ("trace_key", "provider", "model", "start_ns", "end_ns", "tokens")
-        }
+        ``model``, ``start_ns``, ``end_ns``, ``tokens``; ``with_tokens``: also ``sync`` and the
+        input, output and cached input tokens): stored rows where summarised, reduced raw rows
+        elsewhere."""
+        names = ["trace_key", "provider", "model", "start_ns", "end_ns", "tokens"]
+        if with_tokens:
+            names += ["sync", "input_tokens", "output_tokens", "cached_tokens"]
+        schema = {k: STORED_CALLS_SCHEMA[k] for k in names}
         stored, raw = _split([(a, b)], self.ranges)
         frames = [empty(schema)]
         if stored:
@@ -1456,7 +1467,8 @@ class SummaryInputs:
         totals = self._merged(
             f"service, operation{sql_group}, toInt64(sum(requests)) AS requests, sum(weight) AS weight, "
             "sum(weight_sq) AS weight_sq, min(weight_min) AS weight_min, max(weight_max) AS weight_max, "
-            "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned",
+            "sum(sync_llm_calls) AS sync_llm_calls, sum(abandoned) AS abandoned, "
+            "sum(first_byte) AS first_byte, sum(streamed) AS streamed",
             keys,
             extra=extra,
             whole=whole,
@@ -1475,6 +1487,50 @@ class SummaryInputs:
             pl.concat([_cast(totals, totals_schema), _cast(totals_state(rows, group), totals_schema)]),
             pl.concat([_cast(latency, latency_schema), _cast(latency_state(rows, group), latency_schema)]),
         )
+
+    @cached_property
+    def first_byte_state(self) -> pl.DataFrame:
+        """The current window's time to first byte as a merged histogram per (service, operation)
+        (:data:`LATENCY_STATE_SCHEMA`), from the stored aggregates of its whole minutes plus its
+        other request rows."""
+        merged = self._merged(
+            "service, operation, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+            "service, operation, bucket",
+            "ARRAY JOIN fb_bucket AS b, fb_weight AS w, fb_n AS n",
+            whole=self._agg_pieces[0],
+        )
+        rest = latency_state(self._rest_rows, column="first_byte_ms")
+        return pl.concat([_cast(merged, LATENCY_STATE_SCHEMA), _cast(rest, LATENCY_STATE_SCHEMA)])
+
+    @cached_property
+    def request_llm(self) -> pl.DataFrame:
+        """What both windows' hot requests cost in model calls, as merged state per window
+        (:data:`~analytics.request_costs.REQUEST_LLM_STATE_SCHEMA` with ``window``): the stored
+        per-minute sums of each window's whole summarised minutes, and the request rows of the
+        rest with their synchronous calls."""
+        w = self.windows
+        frames = [empty({"window": pl.String, **REQUEST_LLM_STATE_SCHEMA})]
+        for label, a, b in (("current", w.start, w.end), ("baseline", w.baseline_start, w.baseline_end)):
+            whole, rest = self._pieces(a, b)
+            if whole:
+                where, params = _in_ranges(whole)
+                sums = ", ".join(f"sum({c}) AS {c}" for c in _REQUEST_LLM_SUMS)
+                merged = self.store.query_polars(
+                    f"SELECT {{label:String}} AS window, service, operation, version, provider, model, "
+                    f"{sums} FROM {self.store.table(AGG_REQUEST_LLM_TABLE)} WHERE {where} "
+                    "GROUP BY service, operation, version, provider, model",
+                    {**params, "label": label},
+                )
+                frames.append(normalize(merged))
+            rows = self._rows_of(rest) if rest else empty(STORED_REQUESTS_SCHEMA)
+            if not rows.is_empty():
+                lo, hi = min(x for x, _ in rest), max(y for _, y in rest) + self.conv.trace_margin
+                calls = self.sync_calls(lo, hi, with_tokens=True).join(
+                    rows.select("trace_key"), on="trace_key", how="semi"
+                )
+                frames.append(request_llm_state(rows, calls).with_columns(pl.lit(label).alias("window")))
+        schema = {"window": pl.String, **REQUEST_LLM_STATE_SCHEMA}
+        return pl.concat([_cast(f, schema) for f in frames])
 
     def tail_stats(self, q: float) -> pl.DataFrame:
         """Per (service, operation, window): the requests ``n`` and their ``q`` quantile ``p99`` (as
@@ -1590,7 +1646,7 @@ class SummaryInputs:
         return pl.concat(
             [
                 _cast(state, ABANDONMENT_STATE_SCHEMA),
-                _cast(abandonment_state(self._rest_rows, width), ABANDONMENT_STATE_SCHEMA),
+                _cast(abandonment_state(self._rest_rows, self.conv), ABANDONMENT_STATE_SCHEMA),
             ]
         )
 

@@ -20,6 +20,7 @@ from storage import DDLContext
 __all__ = [
     "AGG_LLM_ANATOMY_TABLE",
     "AGG_REQUESTS_TABLE",
+    "AGG_REQUEST_LLM_TABLE",
     "AGG_WORKFLOW_HOPS_TABLE",
     "AGG_WORKFLOW_RUNS_TABLE",
     "CALLS_TABLE",
@@ -38,7 +39,9 @@ __all__ = [
     "anatomy_columns",
     "anatomy_tables",
     "failed_calls_column",
+    "first_byte_columns",
     "minutes_layer",
+    "request_llm_tables",
     "summary_tables",
     "summary_top_tables",
 ]
@@ -57,6 +60,7 @@ AGG_REQUESTS_TABLE = "tailwatch_agg_requests"
 AGG_WORKFLOW_HOPS_TABLE = "tailwatch_agg_workflow_hops"
 AGG_WORKFLOW_RUNS_TABLE = "tailwatch_agg_workflow_runs"
 AGG_LLM_ANATOMY_TABLE = "tailwatch_agg_llm_anatomy"
+AGG_REQUEST_LLM_TABLE = "tailwatch_agg_request_llm"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -71,7 +75,9 @@ _TABLES: tuple[tuple[str, str, str, str], ...] = (
     abandoned Bool,
     weight Float64,
     sync_llm_calls UInt32,
-    sync_llm_ms Float64""",
+    sync_llm_ms Float64,
+    first_byte_ms Nullable(Float64),
+    streamed Bool""",
         "(service, operation, start)",
         "cityHash64(service, operation)",
     ),
@@ -236,7 +242,12 @@ _AGG_TABLES: tuple[tuple[str, str, str, str], ...] = (
     cf_calls Array(UInt16),
     cf_bucket Array(Int16),
     cf_weight Array(Float64),
-    cf_n Array(UInt64)""",
+    cf_n Array(UInt64),
+    first_byte Float64,
+    streamed Float64,
+    fb_bucket Array(Int16),
+    fb_weight Array(Float64),
+    fb_n Array(UInt64)""",
         "(service, operation, start)",
         "cityHash64(service, operation)",
     ),
@@ -287,8 +298,38 @@ _AGG_ANATOMY_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
+# What hot requests cost in model calls (analytics.request_costs): per (minute a request started,
+# service, operation, version), Σw of the requests (provider and model ""), and per provider and
+# model Σw of their synchronous calls and tokens.
+_AGG_REQUEST_LLM_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (
+        AGG_REQUEST_LLM_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    service LowCardinality(String),
+    operation LowCardinality(String),
+    version LowCardinality(String),
+    provider LowCardinality(String),
+    model LowCardinality(String),
+    requests Float64,
+    calls Float64,
+    input_tokens Float64,
+    output_tokens Float64,
+    cached_tokens Float64""",
+        "(service, operation, start)",
+        "cityHash64(service, operation)",
+    ),
+)
+
 SUMMARY_TABLES: tuple[str, ...] = tuple(
-    t[0] for t in (*_TABLES, *_TOP_TABLES, *_AGG_TABLES, *_AGG_WORKFLOW_TABLES, *_AGG_ANATOMY_TABLES)
+    t[0]
+    for t in (
+        *_TABLES,
+        *_TOP_TABLES,
+        *_AGG_TABLES,
+        *_AGG_WORKFLOW_TABLES,
+        *_AGG_ANATOMY_TABLES,
+        *_AGG_REQUEST_LLM_TABLES,
+    )
 )
 
 
@@ -364,9 +405,39 @@ def anatomy_columns(ctx: DDLContext) -> list[str]:
     return statements
 
 
+def first_byte_columns(ctx: DDLContext) -> list[str]:
+    """The requests' time to first byte and streaming, per request and in the per-minute aggregates
+    (tables made before; fresh stores have the columns from their creation). Minutes summarised
+    before read none until a build summarises them again (layer 5)."""
+    columns = {
+        REQUESTS_TABLE: ("first_byte_ms Nullable(Float64)", "streamed Bool DEFAULT false"),
+        TOP_REQUESTS_TABLE: ("first_byte_ms Nullable(Float64)", "streamed Bool DEFAULT false"),
+        AGG_REQUESTS_TABLE: (
+            "first_byte Float64 DEFAULT 0",
+            "streamed Float64 DEFAULT 0",
+            "fb_bucket Array(Int16)",
+            "fb_weight Array(Float64)",
+            "fb_n Array(UInt64)",
+        ),
+    }
+    statements = []
+    for table, added in columns.items():
+        for target in dict.fromkeys((ctx.local(table), table)):
+            statements.append(
+                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
+                + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in added)
+            )
+    return statements
+
+
 def anatomy_tables(ctx: DDLContext) -> list[str]:
     """The per-minute anatomy histograms (the analytics migration adding them)."""
     return _create(ctx, _AGG_ANATOMY_TABLES)
+
+
+def request_llm_tables(ctx: DDLContext) -> list[str]:
+    """The hot requests' per-minute model-call sums (the analytics migration adding them)."""
+    return _create(ctx, _AGG_REQUEST_LLM_TABLES)
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:

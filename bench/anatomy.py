@@ -10,6 +10,8 @@ from the summaries (:func:`analytics.analyze` with ``lazy=True``) reading one fr
   them, the partial minutes' calls bucketed in Polars, the fits;
 * ``hot_path`` — the per-minute latency histograms merged the same way: the baseline, a reduction of
   the same shape over the requests instead of the calls;
+* ``llm_costs`` — what a hot request costs: the per-minute sums of the requests' synchronous calls
+  and tokens per version and model merged in ClickHouse, priced in Polars;
 * the **floor**: one scan of the window's model-call spans' attribute maps (every key and value
   hashed, so the map columns are read and decompressed whole) — what reading the anatomy from raw
   spans would at least cost.
@@ -86,12 +88,19 @@ def main() -> None:
 
             anatomy = _best(partial(frame, "llm_anatomy"), args.repeat)
             hot = _best(partial(frame, "hot_path"), args.repeat)
+            costs = _best(partial(frame, "llm_costs"), args.repeat)
             # The window and its baseline (the same length before it), as the analysis reads them.
             params = {"a": start - (end - start), "b": end}
             floor = _best(partial(store.query_rows, _FLOOR_SQL, params), args.repeat)
             models = analyze(store, start, end, lazy=True).llm_anatomy.height
-            out[label] = {"anatomy_s": anatomy, "hot_path_s": hot, "floor_s": floor, "rows": models}
-            table.append((label, anatomy, hot, floor))
+            out[label] = {
+                "anatomy_s": anatomy,
+                "hot_path_s": hot,
+                "llm_costs_s": costs,
+                "floor_s": floor,
+                "rows": models,
+            }
+            table.append((label, anatomy, hot, costs, floor))
         store.close()
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -100,12 +109,15 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load {load:.1f}; "
         f"{out['spans']:,} spans over {args.days} days, summaries built in {out['summaries_s']:.1f} s"
     )
-    print("| window | llm_anatomy | hot_path (baseline) | ratio | floor: scan of the calls' maps | ratio |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for label, anatomy, hot, floor in table:
+    print(
+        "| window | llm_anatomy | llm_costs | hot_path (baseline) | ratios to it | "
+        "floor: scan of the calls' maps | ratio |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for label, anatomy, hot, costs, floor in table:
         print(
-            f"| {label} | {anatomy:.2f} s | {hot:.2f} s | {anatomy / hot:.2f}× | {floor:.2f} s | "
-            f"{anatomy / floor:.2f}× |"
+            f"| {label} | {anatomy:.2f} s | {costs:.2f} s | {hot:.2f} s | {anatomy / hot:.2f}×, "
+            f"{costs / hot:.2f}× | {floor:.2f} s | {anatomy / floor:.2f}× |"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(out, indent=2))

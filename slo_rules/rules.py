@@ -383,17 +383,30 @@ class _ModelSelector(_Model):
         return fnmatch.fnmatchcase(provider, self.provider) and fnmatch.fnmatchcase(model, self.model)
 
 
-class LlmCostRegressionRule(_RuleBase, _ModelSelector):
+class LlmCostRegressionRule(_RuleBase, _ModelSelector, _HotSelector):
     """A model's cost up by more than ``max_increase`` (a share: 0.25 = +25%) against the window of
     equal length before: per day (``per: day``, what the calls of the window cost over its length)
-    or per call (``per: call``, what a call costs: longer prompts, longer answers, a lost cache).
-    Needs the model's price (``[[analysis.prices]]``): a model without one raises nothing."""
+    or per call (``per: call``, what a call costs: longer prompts, longer answers, a lost cache);
+    or a hot operation's (``per: request``, what its requests' synchronous model calls cost per
+    request; ``service``/``operation`` select, ``min_calls`` counts requests). Needs the models'
+    prices (``[[analysis.prices]]``): a model without one raises nothing."""
 
     kind: Literal["llm_cost_regression"]
     window: Duration = timedelta(days=1)
-    per: Literal["day", "call"] = "day"
+    per: Literal["day", "call", "request"] = "day"
     max_increase: float = Field(default=0.25, gt=0)
     min_calls: int = Field(default=100, ge=1)
+
+    @model_validator(mode="after")
+    def _selectors_fit_per(self) -> LlmCostRegressionRule:
+        # A model's cost has no operation, an operation's cost per request spans its models.
+        if self.per == "request" and (self.provider, self.model) != ("*", "*"):
+            raise ValueError("per: request selects hot operations (service, operation), not provider/model")
+        if self.per != "request" and (self.service, self.operation) != ("*", "*"):
+            raise ValueError(
+                f"per: {self.per} selects models (provider, model); service/operation need per: request"
+            )
+        return self
 
 
 class LlmCacheDropRule(_RuleBase, _ModelSelector):

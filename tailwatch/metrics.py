@@ -90,6 +90,17 @@ _SPECS: dict[str, _Spec] = {
             ("service", "operation"),
         ),
         _Spec(
+            "tailwatch_hot_path_first_byte_seconds",
+            "Time to the response's first body byte (streamed endpoints), quantile over the analysis "
+            "window; only operations whose server marks it.",
+            ("service", "operation", "quantile"),
+        ),
+        _Spec(
+            "tailwatch_hot_path_streamed_requests",
+            "Hot-path requests in the analysis window whose body went out in several sends.",
+            ("service", "operation"),
+        ),
+        _Spec(
             "tailwatch_hot_path_sync_llm_calls_per_request",
             "Synchronous LLM calls per hot-path request in the analysis window.",
             ("service", "operation"),
@@ -226,6 +237,17 @@ _SPECS: dict[str, _Spec] = {
             "What a model's calls of the analysis window cost, per day (absent without its price).",
             ("provider", "model"),
         ),
+        _Spec(
+            "tailwatch_hot_path_llm_tokens_per_request",
+            "Tokens of the synchronous model calls per hot-path request in the analysis window.",
+            ("service", "operation"),
+        ),
+        _Spec(
+            "tailwatch_hot_path_llm_cost_usd_per_request",
+            "What a hot-path request's synchronous model calls cost in the analysis window (absent "
+            "when a model it calls has no price).",
+            ("service", "operation"),
+        ),
     )
 }
 
@@ -325,6 +347,11 @@ def analysis_families(
         )
         b("tailwatch_hot_path_requests").row([(key, r["requests"])])
         b("tailwatch_hot_path_sync_llm_calls_per_request").row([(key, r["sync_llm_calls_per_request"])])
+        if r["first_byte_requests"]:
+            b("tailwatch_hot_path_first_byte_seconds").row(
+                ((*key, q), _seconds(r[f"ttfb_{col}_ms"])) for q, col in _QUANTILES if col in ("p50", "p99")
+            )
+            b("tailwatch_hot_path_streamed_requests").row([(key, r["streamed_requests"])])
 
     for r in _rows(analysis.releases, ["requests_after", *hot_ops, "version"], [True, False, False, False]):
         version = (_label(r["service"]), _label(r["operation"]), _label(r["version"]))
@@ -419,6 +446,13 @@ def analysis_families(
         b("tailwatch_llm_seconds_per_output_token").row([(key, _seconds(r["ms_per_output_token_p50"]))])
         b("tailwatch_llm_cached_input_ratio").row([(key, r["cached_input_ratio"])])
         b("tailwatch_llm_cost_usd_per_day").row([(key, r["cost_per_day"])])
+    costs = analysis.llm_costs.filter((pl.col("window") == "current") & (pl.col("version") == ""))
+    for r in _rows(costs, ["requests", *hot_ops], [True, False, False]):
+        if not r["sync_llm_calls_per_request"]:
+            continue
+        key = (_label(r["service"]), _label(r["operation"]))
+        b("tailwatch_hot_path_llm_tokens_per_request").row([(key, r["llm_tokens_per_request"])])
+        b("tailwatch_hot_path_llm_cost_usd_per_request").row([(key, r["llm_cost_per_request"])])
     return b.metrics(), b.dropped()
 
 

@@ -1,4 +1,5 @@
-"""Hot path: p50/p95/p99 per operation over time, a marker at every release, sync LLM calls per request.
+"""Hot path: p50/p95/p99 per operation over time, a marker at every release, sync LLM calls per request;
+a streamed endpoint's title gives its time to first byte's p99 beside its duration's.
 
 Latency is in milliseconds; the synchronous LLM calls per request are on a second y axis.
 
@@ -59,6 +60,9 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
             f"p99 {fmt_ms(summary['p99_ms'])}, "
             f"{summary['sync_llm_calls_per_request']:.2f} sync LLM calls/req"
         )
+        if summary.get("streamed_requests") and summary.get("ttfb_p99_ms") is not None:
+            # A streamed answer's user reads from its first byte: the wait that matters beside p99.
+            title += f", first byte p99 {fmt_ms(summary['ttfb_p99_ms'])} (streamed)"
         c = rows_of(coupling, service, operation)
         if c.height and c["coupled"][0]:
             title += (

@@ -42,9 +42,76 @@ def _moved_with(row: dict[str, Any]) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def _request_candidates(rule: LlmCostRegressionRule, ctx: Context, analysis: Any) -> list[Candidate]:
+    """``per: request``: one candidate per hot operation whose requests make model calls."""
+    costs = getattr(analysis, "llm_costs", None)  # absent from analyses that predate it
+    rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for row in [] if costs is None else costs.iter_rows(named=True):
+        if row["version"] == "" and rule.selects(str(row["service"]), str(row["operation"])):
+            rows.setdefault((str(row["service"]), str(row["operation"])), {})[str(row["window"])] = row
+    out: list[Candidate] = []
+    unpriced: list[str] = []
+    for (service, operation), windows in sorted(rows.items()):
+        now, then = windows.get("current", {}), windows.get("baseline", {})
+        if not now.get("sync_llm_calls_per_request") and not then.get("sync_llm_calls_per_request"):
+            continue  # no model calls on its requests: nothing to cost
+        before, after = then.get("llm_cost_per_request"), now.get("llm_cost_per_request")
+        if before is None and after is None:
+            unpriced.append(f"{service} {operation}")
+            continue
+        requests, baseline_requests = int(now.get("requests") or 0), int(then.get("requests") or 0)
+        fewest = min(requests, baseline_requests)
+        skipped = fewest < rule.min_calls or not before or after is None
+        increase = (after / before - 1.0) if (before and after is not None) else None
+        reason = (
+            f"{fewest} requests < {rule.min_calls} in a window"
+            if fewest < rule.min_calls
+            else f"cost per request {_usd(before)} → {_usd(after)}"
+            + (f" ({increase:+.0%}, limit +{rule.max_increase:.0%})" if increase is not None else "")
+        )
+        active = not skipped and increase is not None and increase > rule.max_increase
+        labels = alert_labels(rule, rule.severity, service=service, operation=operation)
+
+        def annotate(
+            service: str = service, operation: str = operation, now: Any = now, then: Any = then
+        ) -> dict[str, str]:
+            calls = (
+                f"model calls per request {then.get('sync_llm_calls_per_request') or 0:.2f} → "
+                f"{now.get('sync_llm_calls_per_request') or 0:.2f}"
+            )
+            tokens = (
+                f"tokens per request {then.get('llm_tokens_per_request') or 0:,.0f} → "
+                f"{now.get('llm_tokens_per_request') or 0:,.0f}"
+            )
+            head = (
+                f"{service} {operation}: cost per request {_usd(then.get('llm_cost_per_request'))} → "
+                f"{_usd(now.get('llm_cost_per_request'))} over {format_duration(rule.window)}; "
+                f"{tokens}, {calls}"
+            )
+            extra = {
+                "cause": "llm",
+                "baseline_cost_per_request": f"{then.get('llm_cost_per_request') or 0:.6f}",
+                "cost_per_request": f"{now.get('llm_cost_per_request') or 0:.6f}",
+                "dashboard": ctx.dashboard("llm"),
+            }
+            return finish(extra, head, {}, rule)
+
+        out.append(Candidate(rule, labels, active, annotate, reason=reason, skipped=skipped))
+    if not out:
+        why = (
+            f"no price for a model {', '.join(unpriced)} calls (add it under [[analysis.prices]])"
+            if unpriced
+            else f"no hot request with model calls in the last {format_duration(rule.window)}"
+        )
+        ctx.note(rule, why)
+    return out
+
+
 def cost_candidates(rule: LlmCostRegressionRule, ctx: Context) -> list[Candidate]:
     start, end = ctx.window(rule.window)
     analysis = ctx.source.analysis(start, end)
+    if rule.per == "request":
+        return _request_candidates(rule, ctx, analysis)
     anatomy = getattr(analysis, "llm_anatomy", None)  # absent from analyses that predate it
     measure = "cost_per_day" if rule.per == "day" else "cost_per_1k_calls"
     unit = "a day" if rule.per == "day" else "per 1,000 calls"

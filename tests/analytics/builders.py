@@ -44,6 +44,7 @@ __all__ = [
     "scenario_llm_regression",
     "scenario_release_coupling",
     "scenario_retries",
+    "streamed_request",
     "with_call",
     "with_llm_call",
     "workflow_run",
@@ -186,6 +187,47 @@ def hot_request(
         status_code=_status("Unset", legacy),
     )
     return [root, *children]
+
+
+def streamed_request(
+    service: str,
+    operation: str,
+    start_ns: int,
+    first_byte_ms: float,
+    duration_ms: float,
+    *,
+    chunks: int = 5,
+    version: str = "1.0.0",
+    abandoned: bool = False,
+) -> list[SpanRow]:
+    """A hot-path request whose server streams its answer, as the ASGI instrumentation records it:
+    one Internal ``{operation} http send`` child per ``send()`` — ``http.response.start`` at once,
+    the first ``http.response.body`` at ``first_byte_ms``, ``chunks - 1`` more spread up to
+    ``duration_ms`` and the final empty body at the end (``chunks`` 1: a plain response, one body
+    send at ``first_byte_ms``)."""
+    spans = hot_request(service, operation, start_ns, duration_ms, version=version, abandoned=abandoned)
+    root = spans[0]
+    at_ms = [0.5, first_byte_ms]
+    if chunks > 1:
+        step = (duration_ms - first_byte_ms) / chunks
+        at_ms += [first_byte_ms + step * i for i in range(1, chunks)] + [duration_ms - 0.01]
+    for i, t in enumerate(at_ms):
+        spans.append(
+            SpanRow(
+                trace_id=root.trace_id,
+                span_id=new_span_id(),
+                parent_span_id=root.span_id,
+                name=f"{operation} http send",
+                start_ns=start_ns + int(t * MS),
+                duration_ns=10_000,
+                kind="Internal",
+                service=service,
+                resource_attributes={"service.version": version},
+                attributes={"asgi.event.type": "http.response.start" if i == 0 else "http.response.body"},
+                status_code="Unset",
+            )
+        )
+    return spans
 
 
 def cold_job(

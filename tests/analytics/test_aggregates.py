@@ -41,11 +41,18 @@ from tests.analytics.builders import (
     scenario_flag_split,
     scenario_llm_regression,
     scenario_retries,
+    streamed_request,
 )
 
 HOUR = 3600.0
 # Windows longer than 30 minutes merge the aggregates; 30 series buckets make a 1 h window's 2 min.
-CONV = Conventions(exact_horizon=timedelta(minutes=30), series_buckets=30)
+# The streamed operation's abandonment is read against its time to first byte.
+STREAMED = ("chat-stream", "POST /chat/stream")
+CONV = Conventions(
+    exact_horizon=timedelta(minutes=30),
+    series_buckets=30,
+    abandonment_latency=({"service": "chat-*", "operation": STREAMED[1], "latency": "first_byte"},),
+)
 START, END = dt(at(HOUR + 17)), dt(at(2 * HOUR + 17))
 UNTIL = dt(at(3 * HOUR))
 
@@ -75,6 +82,19 @@ def _spans() -> list[SpanRow]:
         t = i * 0.9
         version = "2.0.0" if t < 1.5 * HOUR else "2.1.0"
         spans += hot_request("steady", "GET /q", at(t), float(rng.lognormal(4.5, 0.6)), version=version)
+    spans += _streamed(rng)
+    return spans
+
+
+def _streamed(rng: np.random.Generator, n: int = 2_000) -> list[SpanRow]:
+    """A streamed endpoint over both windows: first byte ~400 ms, the rest ~3 s of generation;
+    users leave when the first byte is late (past 600 ms), whatever the total."""
+    spans: list[SpanRow] = []
+    for i in range(n):
+        first = float(rng.lognormal(6.0, 0.5))
+        total = first + float(rng.lognormal(8.0, 0.3))
+        leaves = rng.random() < (0.4 if first > 600 else 0.02)
+        spans += streamed_request(*STREAMED, at(i * 3.3), first, total, chunks=4, abandoned=leaves)
     return spans
 
 
@@ -109,7 +129,7 @@ def _close(got: float | None, want: float | None) -> bool:
 def assert_aggregated_equal(got: Analysis, want: Analysis) -> None:
     """The aggregated frames against the exact ones: every count and rate equal, every percentile
     within the sketch's relative error."""
-    quantiles = ("p50_ms", "p95_ms", "p99_ms", "p999_ms")
+    quantiles = ("p50_ms", "p95_ms", "p99_ms", "p999_ms", "ttfb_p50_ms", "ttfb_p99_ms")
     for name, keys in (
         ("hot_path", ["service", "operation"]),
         ("hot_path_series", ["service", "operation", "bucket_start"]),

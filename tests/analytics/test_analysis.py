@@ -520,6 +520,7 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "slices",
         "what_if",
         "existing_hedges",
+        "llm_costs",
     }
     assert set(data["window"]) == {"start", "end", "baseline_start", "baseline_end"}
     assert data["window"]["start"] == "2026-11-02T08:00:00Z"
@@ -528,13 +529,19 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "service", "operation", "requests", "p50_ms", "p95_ms", "p99_ms", "p999_ms",
         "sync_llm_calls_per_request", "releases", "release_coupling",
         "sampled_requests", "effective_sample_size", "p99_tail_samples", "p99_warning",
+        "first_byte_requests", "streamed_requests", "ttfb_p50_ms", "ttfb_p99_ms",
     }  # fmt: skip
     assert set(hot["releases"][0]) == {
         "version", "released_at", "requests_before", "requests_after", "p99_before_ms", "p99_after_ms",
         "p99_delta_ms", "significant", "sync_llm_calls_per_request_before",
-        "sync_llm_calls_per_request_after", "step_start", "step_end",
+        "sync_llm_calls_per_request_after", "step_start", "step_end", "llm_cost_per_request_before",
+        "llm_cost_per_request_after", "llm_tokens_per_request_before", "llm_tokens_per_request_after",
     }  # fmt: skip
     assert set(hot["release_coupling"]) == {"releases", "spearman_rho", "p99_slope_ms_per_release", "coupled"}
+    assert set(data["llm_costs"][0]) == {
+        "service", "operation", "version", "window", "requests", "sync_llm_calls_per_request",
+        "llm_tokens_per_request", "cached_input_ratio", "llm_cost_per_request", "llm_cost_per_day",
+    }  # fmt: skip
     assert set(data["cold_path"][0]) == {
         "queue", "jobs", "completed", "pending", "p50_s", "p95_s", "p99_s", "p999_s", "queue_wait_p99_s",
         "processing_p99_s", "p99_over_p50", "starved", "runs", "retried_jobs", "baseline_jobs",
@@ -546,7 +553,8 @@ def test_json_shape_is_exactly_the_interface(store: Store) -> None:
         "retry_rate", "cold_share", "tokens", "backoff_ms",
     }  # fmt: skip
     ab = data["abandonment"][0]
-    assert set(ab) == {"service", "operation", "bucket_ms", "buckets", "cliff_ms"} and ab["bucket_ms"] == 500
+    assert set(ab) == {"service", "operation", "bucket_ms", "buckets", "cliff_ms", "latency"}
+    assert ab["bucket_ms"] == 500 and ab["latency"] == "duration"
     assert set(ab["buckets"][0]) == {
         "lo_ms",
         "hi_ms",

@@ -173,6 +173,40 @@ def test_gauges_are_in_base_units_with_the_span_data_labels() -> None:
                 tokens=70000,
             )
         ],
+        llm_costs=[
+            _row(
+                "llm_costs",
+                service=service,
+                operation="POST /chat",
+                version="",
+                window="current",
+                requests=400,
+                sync_llm_calls_per_request=1.25,
+                llm_tokens_per_request=1500.0,
+                llm_cost_per_request=0.002,
+            ),
+            # A version's own row and the baseline's are not the window's figure.
+            _row(
+                "llm_costs",
+                service=service,
+                operation="POST /chat",
+                version="2.0.0",
+                window="current",
+                requests=200,
+                sync_llm_calls_per_request=1.0,
+                llm_tokens_per_request=900.0,
+            ),
+            _row(
+                "llm_costs",
+                service=service,
+                operation="POST /chat",
+                version="",
+                window="baseline",
+                requests=300,
+                sync_llm_calls_per_request=1.0,
+                llm_tokens_per_request=700.0,
+            ),
+        ],
     )
     got = _families(analysis)
     hot = got["tailwatch_hot_path_latency_seconds"]
@@ -184,6 +218,8 @@ def test_gauges_are_in_base_units_with_the_span_data_labels() -> None:
     }
     assert got["tailwatch_hot_path_requests"] == {_labels(**op): 400}
     assert got["tailwatch_hot_path_sync_llm_calls_per_request"] == {_labels(**op): 1.25}
+    assert got["tailwatch_hot_path_llm_tokens_per_request"] == {_labels(**op): 1500.0}
+    assert got["tailwatch_hot_path_llm_cost_usd_per_request"] == {_labels(**op): 0.002}
     version = {**op, "version": "2.0.0"}
     assert got["tailwatch_release_latency_seconds"] == {_labels(**version, quantile="0.99"): 2.1}
     assert got["tailwatch_release_p99_delta_seconds"] == {_labels(**version): 1.2}
