@@ -57,8 +57,10 @@ The traffic (all numbers per simulated day at ``scale=1``)::
                                           last day's retried whole after a bad document
     digest-api     POST /summaries/now   400  only under (g), on the last day: summarize_document
                                           called synchronously for one document
-    writer-api     POST /draft      1000  a streamed chat gpt-4o call (time to first chunk recorded);
-                                          under (h) release 3.1.0 triples its prompt
+    writer-api     POST /draft      1000  a streamed chat gpt-4o call (time to first chunk recorded)
+                                          relayed to the user as it streams (a StreamingResponse:
+                                          one send span per chunk); under (h) release 3.1.0
+                                          triples its prompt
 
     service          HTTP conventions  GenAI provider attribute  server framework
     chat-api         old               gen_ai.system             FastAPI (receive/send spans)
@@ -157,6 +159,8 @@ FILE_FORMATS: tuple[FileFormat, ...] = get_args(FileFormat)
 DAY_NS = 86_400 * 10**9
 _MS = 1_000_000
 _S = 10**9
+# A streamed answer relayed to the user goes out in this many body sends before the last, empty one.
+_STREAM_CHUNKS = 4
 
 
 class GeneratorError(TailwatchError):
@@ -578,6 +582,7 @@ class _Trace:
         self.profile = _PROFILES[service]
         self.rng = rng
         self.last_error = ""  # error.type of the last model call that failed
+        self.first_chunk_ns: int | None = None  # when the last streamed call's first chunk arrived
 
     def start(
         self,
@@ -669,31 +674,33 @@ class _Trace:
             t += self.gap()
         return root, t
 
-    def finish_http(self, root: Span, end_ns: int, status: int = 200) -> None:
-        """Ends a Server root; past the abandonment cliff users close the connection (499)."""
+    def finish_http(
+        self, root: Span, end_ns: int, status: int = 200, *, stream: tuple[int, int] | None = None
+    ) -> None:
+        """Ends a Server root; past the abandonment cliff users close the connection (499).
+        ``stream``: (when the handler returned its StreamingResponse, when the first chunk of the
+        answer arrived): the body goes out chunk by chunk from then on."""
         p = self.profile
         key = "http.status_code" if p.old_http else "http.response.status_code"
         if p.framework == "fastapi":
             # The ASGI middleware's send() spans: the response start (with the status the app
-            # answered) and the body.
+            # answered) and the body — one send per chunk and a last empty one when streamed, the
+            # response start then going out before the answer exists (Starlette's StreamingResponse).
             fastapi = self.scopes.fastapi
             name = f"{root.name} http send"
-            end_ns = self.leaf(
-                name,
-                end_ns,
-                _uniform_ns(self.rng, 0.02, 0.06),
-                root,
-                attributes={"asgi.event.type": "http.response.start", key: status},
-                tracer=fastapi,
-            )
-            end_ns = self.leaf(
-                name,
-                end_ns,
-                _uniform_ns(self.rng, 0.005, 0.02),
-                root,
-                attributes={"asgi.event.type": "http.response.body"},
-                tracer=fastapi,
-            )
+            start = {"asgi.event.type": "http.response.start", key: status}
+            body = {"asgi.event.type": "http.response.body"}
+            start_ns, body_ns = _uniform_ns(self.rng, 0.02, 0.06), _uniform_ns(self.rng, 0.005, 0.02)
+            if stream is None:
+                end_ns = self.leaf(name, end_ns, start_ns, root, attributes=start, tracer=fastapi)
+                end_ns = self.leaf(name, end_ns, body_ns, root, attributes=body, tracer=fastapi)
+            else:
+                sent, first = stream
+                self.leaf(name, sent, start_ns, root, attributes=start, tracer=fastapi)
+                for i in range(_STREAM_CHUNKS):
+                    at = first + (end_ns - first) * i // _STREAM_CHUNKS
+                    self.leaf(name, at, body_ns, root, attributes=body, tracer=fastapi)
+                end_ns = self.leaf(name, end_ns, body_ns, root, attributes=body, tracer=fastapi)
             end_ns += _uniform_ns(self.rng, 0.01, 0.05)
         latency_ms = (end_ns - _start_of(root)) / _MS
         if self.rng.random() < abandon_probability(latency_ms):
@@ -823,6 +830,7 @@ class _Trace:
                 arrives = headers + _uniform_ns(rng, 20, 120) if first is None else max(first, headers)
                 ttfc = t - _start_of(call) + min(arrives, total)
                 call.set_attribute("gen_ai.response.time_to_first_chunk", ttfc / _S)
+                self.first_chunk_ns = t + min(arrives, total)
             t = self._http_attempt(call, llm, t, headers, 200)
             streamed = total - headers
         else:
@@ -1500,7 +1508,7 @@ def _build_support(w: Workload, rng: random.Random, t0: int) -> None:
 
 def _build_draft(w: Workload, rng: random.Random, t0: int) -> None:
     """writer-api POST /draft: a streamed chat gpt-4o call (util-genai records its time to first
-    chunk); under (h) release 3.1.0 sends three times the prompt."""
+    chunk) relayed to the user as it streams; under (h) release 3.1.0 sends three times the prompt."""
     b = _Trace(w, "writer-api", t0, rng)
     root, t = b.server("POST", "/draft", t0)
     t = b.auth(root, t) + b.gap()
@@ -1520,9 +1528,13 @@ def _build_draft(w: Workload, rng: random.Random, t0: int) -> None:
         ttft_ms=600 * ((0.4 + 0.6 * 3) if grown else 1.0),
         ms_per_token=8.0,
     )
-    end, ok = b.llm(llm, root, t)
+    # The handler returns a StreamingResponse: its headers go out now, its body as the answer streams
+    # (the body's generator makes the call once the response start is sent).
+    sent = t
+    end, ok = b.llm(llm, root, t + int(0.1 * _MS))
     t = end + b.gap()
-    b.finish_http(root, t, 200 if ok else 500)
+    first = b.first_chunk_ns
+    b.finish_http(root, t, 200 if ok else 500, stream=(sent, first) if ok and first is not None else None)
 
 
 def _escalate(w: Workload, b: _Trace, rng: random.Random, root: Span, t: int) -> int:

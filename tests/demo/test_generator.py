@@ -251,6 +251,7 @@ def test_http_servers_old_and_new_conventions(everything: Traffic) -> None:
     servers = [s for s in everything.spans if s.kind is SpanKind.SERVER]
     assert {s.parent for s in servers} == {None}
     statuses: set[int] = set()
+    streamed = 0
     for root in servers:
         old = _service(root) in _OLD_HTTP
         a = root.attributes
@@ -268,12 +269,29 @@ def test_http_servers_old_and_new_conventions(everything: Traffic) -> None:
         if _service(root) not in _FASTAPI:
             assert not asgi
             continue
-        # FastAPI: a receive span for the body (POST), then two send spans: start (status) and body.
-        assert [k.name for k in asgi] == [f"{root.name} http receive"] + [f"{root.name} http send"] * 2
+        # FastAPI: a receive span for the body (POST), then the send spans: the response start
+        # (status) and the body — for writer-api's streamed answers one send per chunk and a last
+        # empty one, the response start going out before the model call.
+        asgi.sort(key=_start)
+        sends = asgi[1:]
+        assert [k.name for k in asgi] == [f"{root.name} http receive"] + [f"{root.name} http send"] * len(
+            sends
+        )
         assert all(k.kind is SpanKind.INTERNAL and _duration_ms(k) < 1 for k in asgi)
-        assert _start(asgi[0]) < _start(kids[1]) and _end(asgi[-1]) <= _end(root)
-        assert asgi[1].attributes["asgi.event.type"] == "http.response.start"
-        assert _status_code(asgi[1]) in (200, 202, 500)
+        assert _start(asgi[0]) < _start(sends[0]) and _end(asgi[-1]) <= _end(root)
+        assert sends[0].attributes["asgi.event.type"] == "http.response.start"
+        assert all(k.attributes["asgi.event.type"] == "http.response.body" for k in sends[1:])
+        assert _status_code(sends[0]) in (200, 202, 500)
+        if len(sends) == 2:
+            continue
+        streamed += 1
+        assert _service(root) == "writer-api" and len(sends) == 6
+        (call,) = [k for k in kids if _is_llm(k)]
+        assert _end(sends[0]) <= _start(call)
+        # The first body byte leaves when the first chunk of the answer arrives.
+        first = _start(call) + round(float(call.attributes["gen_ai.response.time_to_first_chunk"]) * 1e9)
+        assert abs(_start(sends[1]) - first) < 10_000
+    assert streamed > 0
     assert {200, 202, 499} <= statuses
     # Abandoned requests keep 499 in the status attribute of either convention.
     abandoned = {_service(s) in _OLD_HTTP for s in servers if _status_code(s) == 499}
