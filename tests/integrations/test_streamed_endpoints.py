@@ -22,6 +22,12 @@ exporter whose dump is the truth, computed here without tailwatch:
   ``cliff_min_requests`` requests, the lower edge of the one whose rate rises most over the one
   before it, when that rise is at least ``cliff_min_jump``.
 
+``analyze(...).to_dict()`` must equal it: over the run's window (under the exact horizon) counts
+exactly and percentiles to 1e-6, with ``abandonment_latency`` first_byte for ``/chat/stream`` and
+without; over whole minutes around the run, after :func:`analytics.build_summaries`, with a
+one-minute ``exact_horizon`` (the per-minute aggregates) counts, buckets and cliffs exactly and
+percentiles within the sketch's 0.5%.
+
 What the instrumentation writes (FastAPI/ASGI instrumentation 0.66b2, Starlette 1.10, uvicorn 0.55,
 openai-v2 2.4b0), pinned by :data:`SPAN_FACTS`: per request one ``http receive`` span
 (``http.request``) under the SERVER root; ``/chat`` sends ``http.response.start`` then one
@@ -35,9 +41,11 @@ trace, not among the root's children.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -45,9 +53,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from analytics import Conventions
-from tests.integrations.apps.streamed_chat import ABANDONED_ATTRIBUTE, STREAM_PATIENCE_S
-from tests.integrations.ingest import FlavourRun, ingested_run
+from analytics import Conventions, analyze, build_summaries
+from tests.integrations.apps.streamed_chat import ABANDONED_ATTRIBUTE, SERVICE, STREAM_PATIENCE_S
+from tests.integrations.ingest import FlavourRun, dt, ingested_run
 
 STREAM_OP, CHAT_OP = "POST /chat/stream", "POST /chat"
 REQUESTS = 160  # /chat/stream requests (and 64 /chat): about 22 s of load
@@ -198,6 +206,92 @@ def requests(chat_run: FlavourRun) -> list[Request]:
     return _requests(chat_run.spans)
 
 
+def _analysis(run: FlavourRun, start: datetime, end: datetime, **conventions: Any) -> dict[str, Any]:
+    return analyze(run.store, start, end, conventions=Conventions(**BASE, **conventions)).to_dict()
+
+
+@pytest.fixture(scope="module")
+def exact(chat_run: FlavourRun) -> dict[str, dict[str, Any]]:
+    """The run's window (under the exact horizon), abandonment by duration and by first byte."""
+    start, end = chat_run.current
+    return {
+        "duration": _analysis(chat_run, start, end),
+        "first_byte": _analysis(chat_run, start, end, abandonment_latency=BY_FIRST_BYTE),
+    }
+
+
+def _floor_minute(ns: int) -> datetime:
+    return dt(ns).replace(second=0, microsecond=0)
+
+
+@pytest.fixture(scope="module")
+def aggregated(chat_run: FlavourRun, exact: dict[str, Any]) -> tuple[tuple[int, int], dict[str, Any]]:
+    """Whole minutes around the run, longer than a one-minute exact horizon: read from the per-minute
+    aggregates once the minutes are summarised (after the exact analyses, which read the spans)."""
+    lo = _floor_minute(chat_run.current_ns[0])
+    hi = _floor_minute(chat_run.current_ns[1]) + timedelta(minutes=2)
+    # Series of whole minutes too (three buckets over two or three minutes): the aggregates serve
+    # only windows whose series buckets are whole minutes.
+    conv = Conventions(
+        **BASE, abandonment_latency=BY_FIRST_BYTE, exact_horizon=timedelta(minutes=1), series_buckets=3
+    )
+    build_summaries(chat_run.store, until=hi, conventions=conv)
+    window = (int(lo.timestamp()) * 10**9, int(hi.timestamp()) * 10**9)
+    return window, analyze(chat_run.store, lo, hi, conventions=conv).to_dict()
+
+
+# --- comparisons ---------------------------------------------------------------------------------
+def _hot_rows(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    rows = {row["operation"]: row for row in result["hot_path"] if row["service"] == SERVICE}
+    assert len(rows) == len(result["hot_path"]), result["hot_path"]
+    return rows
+
+
+def _hot_problems(
+    got: Mapping[str, Mapping[str, Any]], want: Mapping[str, Mapping[str, Any]], rel: float
+) -> list[str]:
+    out = []
+    assert set(got) == set(want), (sorted(got), sorted(want))
+    for op, fields in want.items():
+        for field, value in fields.items():
+            mine = got[op].get(field, "absent")
+            if isinstance(value, float) and isinstance(mine, float):
+                ok = math.isclose(mine, value, rel_tol=rel)
+            else:
+                ok = mine == value
+            if not ok:
+                out.append(f"{op} {field}: tailwatch {mine!r}, spans {value!r}")
+    return out
+
+
+def _abandonment_rows(result: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for row in result["abandonment"]:
+        assert row["service"] == SERVICE and row["bucket_ms"] == BUCKET_MS, row
+        buckets = [(b["lo_ms"], b["hi_ms"], b["requests"], b["abandoned"], b["rate"]) for b in row["buckets"]]
+        out[row["operation"]] = {
+            "latency": row.get("latency", "absent"),
+            "buckets": buckets,
+            "cliff_ms": row["cliff_ms"],
+        }
+    return out
+
+
+def _same_abandonment(got: Mapping[str, Any], want: Mapping[str, Any]) -> list[str]:
+    out = []
+    assert set(got) == set(want), (sorted(got), sorted(want))
+    for op in want:
+        for field in ("latency", "cliff_ms"):
+            if got[op][field] != want[op][field]:
+                out.append(f"{op} {field}: tailwatch {got[op][field]!r}, spans {want[op][field]!r}")
+        g, w = got[op]["buckets"], want[op]["buckets"]
+        if [b[:4] for b in g] != [b[:4] for b in w] or not all(
+            math.isclose(a[4], b[4], rel_tol=1e-12) for a, b in zip(g, w, strict=True)
+        ):
+            out.append(f"{op} buckets:\n  tailwatch {g}\n  spans     {w}")
+    return out
+
+
 # --- tests ---------------------------------------------------------------------------------------
 def test_what_the_instrumentation_writes(chat_run: FlavourRun) -> None:
     """Every ASGI span's name, event and parent are those of :data:`SPAN_FACTS`; a /chat request
@@ -235,3 +329,55 @@ def test_the_run_has_what_the_checks_need(chat_run: FlavourRun, requests: list[R
     # A completed stream's first byte was sent within its client's patience.
     completed = [r.first_byte_ms for r in streams if not r.abandoned]
     assert all(ms is not None and ms < STREAM_PATIENCE_S * 1000 for ms in completed), completed
+
+
+def test_hot_path_reports_time_to_first_byte(
+    chat_run: FlavourRun, requests: list[Request], exact: dict[str, Any]
+) -> None:
+    """Counts exact, percentiles to 1e-6 (exact type-7), for both operations; the streamed endpoint's
+    p99 time to first byte is well below its p99 duration; /chat is not streamed."""
+    want = _hot_path_truth(_in(requests, chat_run.current_ns))
+    for result in exact.values():
+        got = _hot_rows(result)
+        assert not (problems := _hot_problems(got, want, EXACT_REL)), "\n".join(problems)
+    stream, chat = want[STREAM_OP], want[CHAT_OP]
+    assert stream["ttfb_p99_ms"] < 0.5 * stream["p99_ms"], stream
+    assert stream["streamed_requests"] > 0 and chat["streamed_requests"] == 0
+    assert chat["first_byte_requests"] == chat["requests"]
+
+
+def test_hot_path_from_the_aggregates(
+    chat_run: FlavourRun, requests: list[Request], aggregated: tuple[tuple[int, int], dict[str, Any]]
+) -> None:
+    """A window longer than the exact horizon, read from the per-minute aggregates: counts exact,
+    percentiles within the sketch's 0.5%."""
+    window, result = aggregated
+    want = _hot_path_truth(_in(requests, window))
+    got = _hot_rows(result)
+    assert not (problems := _hot_problems(got, want, SKETCH_REL)), "\n".join(problems)
+    # The sketches' figures, not the exact ones: the aggregates were read.
+    assert _hot_problems(got, want, EXACT_REL), (got, want)
+
+
+def test_abandonment_by_first_byte(
+    chat_run: FlavourRun, requests: list[Request], exact: dict[str, Any]
+) -> None:
+    """With ``abandonment_latency`` first_byte for /chat/stream its buckets and cliff are by time to
+    first byte; /chat's stay by duration; without the setting both are by duration — and the two
+    bucketings of /chat/stream differ."""
+    window = _in(requests, chat_run.current_ns)
+    by_first_byte = _abandonment_truth(window, frozenset({STREAM_OP}))
+    by_duration = _abandonment_truth(window, frozenset())
+    assert by_first_byte[STREAM_OP]["buckets"] != by_duration[STREAM_OP]["buckets"]
+    problems = _same_abandonment(_abandonment_rows(exact["first_byte"]), by_first_byte)
+    problems += _same_abandonment(_abandonment_rows(exact["duration"]), by_duration)
+    assert not problems, "\n".join(problems)
+
+
+def test_abandonment_by_first_byte_from_the_aggregates(
+    requests: list[Request], aggregated: tuple[tuple[int, int], dict[str, Any]]
+) -> None:
+    window, result = aggregated
+    want = _abandonment_truth(_in(requests, window), frozenset({STREAM_OP}))
+    problems = _same_abandonment(_abandonment_rows(result), want)
+    assert not problems, "\n".join(problems)
