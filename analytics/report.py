@@ -556,15 +556,25 @@ def _llm_costs(data: dict[str, Any]) -> list[str]:
         return []
     out = ["LLM COST PER HOT REQUEST (baseline→current; synchronous model calls; USD, '-' without a price)"]
     out += _table(["service", "operation", "calls/req", "tokens/req", "USD/req", "USD/day"], table)
-    steps = [
-        f"  {h['service']} {h['operation']} {r['version']}: "
-        f"{_fmt(r['llm_tokens_per_request_before'], 0)} → {_fmt(r['llm_tokens_per_request_after'], 0)} "
-        f"tokens/req, USD {_fmt(r['llm_cost_per_request_before'], 5)} → "
-        f"{_fmt(r['llm_cost_per_request_after'], 5)}/req"
-        for h in data["hot_path"]
-        for r in h["releases"]
-        if r.get("llm_tokens_per_request_after") is not None
-    ]
+    steps = []
+    for h in data["hot_path"]:
+        for r in h["releases"]:
+            if not (r.get("llm_tokens_per_request_before") or r.get("llm_tokens_per_request_after")):
+                continue  # no model call on either side: nothing to cost
+            line = (
+                f"  {h['service']} {h['operation']} {r['version']}: "
+                f"{_fmt(r['llm_tokens_per_request_before'], 0)} → "
+                f"{_fmt(r['llm_tokens_per_request_after'], 0)} tokens/req"
+            )
+            if (
+                r.get("llm_cost_per_request_before") is not None
+                or r.get("llm_cost_per_request_after") is not None
+            ):
+                line += (
+                    f", USD {_fmt(r['llm_cost_per_request_before'], 5)} → "
+                    f"{_fmt(r['llm_cost_per_request_after'], 5)}/req"
+                )
+            steps.append(line)
     if steps:
         out += ["  per release (the version before → this one):", *steps]
     return out
