@@ -513,14 +513,23 @@ def hot_path_from_state(
 
 
 def hot_path_series_from_state(
-    totals: pl.DataFrame, latency: pl.DataFrame, min_sampled_tail: int
+    totals: pl.DataFrame, latency: pl.DataFrame, min_sampled_tail: int, first_byte: pl.DataFrame | None = None
 ) -> pl.DataFrame:
-    """:data:`analytics.hot_path.HOT_PATH_SERIES_SCHEMA` from merged state per ``bucket_start``. Pure."""
+    """:data:`analytics.hot_path.HOT_PATH_SERIES_SCHEMA` from merged state per ``bucket_start`` (with
+    ``first_byte``, the time to first byte's histogram per ``bucket_start``). Pure."""
     if totals.is_empty():
         return empty(HOT_PATH_SERIES_SCHEMA)
     keys = ["service", "operation", "bucket_start"]
     series_q = {k: v for k, v in _QUANTILES.items() if k != "p999_ms"}
     stats = _stats(totals, latency, keys, series_q, min_sampled_tail)
+    if first_byte is not None and not first_byte.is_empty():
+        fb = first_byte.group_by(*keys, "bucket").agg(pl.col("weight").sum(), pl.col("n").sum())
+        p99 = _quantiles(fb, keys, {"ttfb_p99_ms": 0.99}).drop("tail")
+        stats = stats.join(
+            p99.with_columns(pl.col("bucket_start").cast(stats.schema["bucket_start"])), on=keys, how="left"
+        )
+    else:
+        stats = stats.with_columns(pl.lit(None, pl.Float64).alias("ttfb_p99_ms"))
     return stats.sort(keys).select(list(HOT_PATH_SERIES_SCHEMA)).cast(pl.Schema(HOT_PATH_SERIES_SCHEMA))
 
 

@@ -932,7 +932,9 @@ class _FromSummaries:
     def hot_path_series(self) -> pl.DataFrame:
         if self._aggregated:
             return hot_path_series_from_state(
-                *self.inputs.request_state(self.every), self.conv.min_sampled_tail
+                *self.inputs.request_state(self.every),
+                self.conv.min_sampled_tail,
+                self.inputs.first_byte_series_state(self.every),
             )
         return hot_path_series(self.inputs.requests, self.every, self.conv.min_sampled_tail)
 

@@ -104,6 +104,7 @@ HOT_PATH_SERIES_SCHEMA: dict[str, Any] = {
     "p99_ms": pl.Float64,
     "sync_llm_calls_per_request": pl.Float64,
     "sampled_requests": pl.Int64,
+    "ttfb_p99_ms": pl.Float64,  # of the bucket's requests with a first byte (streamed endpoints)
 }
 
 _QUANTILES = {"p50_ms": 0.5, "p95_ms": 0.95, "p99_ms": 0.99, "p999_ms": 0.999}
@@ -299,8 +300,14 @@ def hot_path_series(requests: pl.DataFrame, every: timedelta, min_sampled_tail: 
     bucketed = current.with_columns(
         pl.col("start").dt.truncate(every).dt.cast_time_unit("us").alias("bucket_start")
     )
+    if "first_byte_ms" not in bucketed.columns:
+        bucketed = bucketed.with_columns(
+            pl.lit(None, pl.Float64).alias("first_byte_ms"), pl.lit(False).alias("streamed")
+        )
+    keys = ["service", "operation", "bucket_start"]
     return (
-        request_stats(bucketed, ["service", "operation", "bucket_start"], series_q, min_sampled_tail)
+        request_stats(bucketed, keys, series_q, min_sampled_tail)
+        .join(first_byte_stats(bucketed, keys).select(*keys, "ttfb_p99_ms"), on=keys, how="left")
         .sort("service", "operation", "bucket_start")
         .select(list(HOT_PATH_SERIES_SCHEMA))
     )

@@ -1493,14 +1493,30 @@ class SummaryInputs:
         """The current window's time to first byte as a merged histogram per (service, operation)
         (:data:`LATENCY_STATE_SCHEMA`), from the stored aggregates of its whole minutes plus its
         other request rows."""
+        return self.first_byte_series_state(None)
+
+    def first_byte_series_state(self, every: timedelta | None) -> pl.DataFrame:
+        """:attr:`first_byte_state`, per series bucket of ``every`` (``bucket_start``, a whole
+        number of minutes) when given."""
+        group, sql_group, extra = [], "", dict[str, Any]()
+        if every is not None:
+            group = [series_bucket(every)]
+            sql_group = (
+                ", toDateTime64(toStartOfInterval(start, toIntervalSecond({every_s:UInt32})), 6, 'UTC') "
+                "AS bucket_start"
+            )
+            extra = {"every_s": int(every.total_seconds())}
+        keys = "service, operation" + (", bucket_start" if every is not None else "")
         merged = self._merged(
-            "service, operation, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
-            "service, operation, bucket",
+            f"service, operation{sql_group}, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
+            keys + ", bucket",
             "ARRAY JOIN fb_bucket AS b, fb_weight AS w, fb_n AS n",
+            extra=extra,
             whole=self._agg_pieces[0],
         )
-        rest = latency_state(self._rest_rows, column="first_byte_ms")
-        return pl.concat([_cast(merged, LATENCY_STATE_SCHEMA), _cast(rest, LATENCY_STATE_SCHEMA)])
+        schema = {**LATENCY_STATE_SCHEMA, **({"bucket_start": pl.Datetime("us", "UTC")} if every else {})}
+        rest = latency_state(self._rest_rows, group, column="first_byte_ms")
+        return pl.concat([_cast(merged, schema), _cast(rest, schema)])
 
     @cached_property
     def request_llm(self) -> pl.DataFrame:

@@ -1,5 +1,6 @@
 """Hot path: p50/p95/p99 per operation over time, a marker at every release, sync LLM calls per request;
-a streamed endpoint's title gives its time to first byte's p99 beside its duration's.
+a streamed endpoint's title gives its time to first byte's p99 beside its duration's, and a dotted
+line draws it over time.
 
 Latency is in milliseconds; the synchronous LLM calls per request are on a second y axis.
 
@@ -81,6 +82,7 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
         subplot_titles=titles,
         vertical_spacing=ROW_GAP / (ROW_HEIGHT * len(ops)),
     )
+    first_byte_shown = False
     for row, (service, operation) in enumerate(ops, start=1):
         series = rows_of(analysis.hot_path_series, service, operation).sort("bucket_start")
         x = naive_times(series, "bucket_start")
@@ -107,6 +109,31 @@ def hot_path_figure(analysis: Analysis) -> go.Figure:
                 col=1,
                 secondary_y=False,
             )
+        summary = rows_of(analysis.hot_path, service, operation).row(0, named=True)
+        if summary.get("streamed_requests") and "ttfb_p99_ms" in series.columns:
+            # A streamed endpoint: what its users wait for before the first words, beside the p99
+            # of the last byte.
+            fig.add_trace(
+                go.Scatter(
+                    x=x,
+                    y=series["ttfb_p99_ms"].to_list(),
+                    mode="lines",
+                    name="first byte p99",
+                    legendgroup="first_byte",
+                    showlegend=not first_byte_shown,
+                    line={"color": style.PERCENTILE_COLOURS["p99"], "width": 1.5, "dash": "dot"},
+                    customdata=custom,
+                    hovertemplate=(
+                        "%{customdata[0]} · %{customdata[1]}<br>"
+                        + DT_HOVER
+                        + "<br>first byte p99 %{y:,.0f} ms<extra></extra>"
+                    ),
+                ),
+                row=row,
+                col=1,
+                secondary_y=False,
+            )
+            first_byte_shown = True
         fig.add_trace(
             go.Scatter(
                 x=x,

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import numpy as np
+import polars as pl
 import pytest
 
 from analytics import Conventions, analyze, build_summaries
@@ -68,6 +69,27 @@ def test_the_hot_path_reports_the_time_to_first_byte_beside_the_duration(scenari
     assert other["first_byte_requests"] == other["streamed_requests"] == 0 and other["ttfb_p99_ms"] is None
 
 
+def test_the_series_and_the_hot_path_view_draw_the_first_byte(scenario) -> None:
+    from dashboards.figures import hot_path_figure
+
+    store, truth = scenario
+    start, end = dt(at(0)), dt(at(N * 2.0))
+    analysis = analyze(store, start, end, conventions=Conventions(series_buckets=10))
+    series = analysis.hot_path_series.filter(pl.col("operation") == STREAMED).sort("bucket_start")
+    every = series["bucket_start"][1] - series["bucket_start"][0]
+    starts = np.arange(N) * 2.0
+    for bucket, got in zip(series["bucket_start"], series["ttfb_p99_ms"], strict=True):
+        lo = (bucket - start.replace(tzinfo=bucket.tzinfo)).total_seconds()
+        inside = (starts >= lo) & (starts < lo + every.total_seconds())
+        assert got == pytest.approx(np.percentile(truth["first"][inside], 99), rel=1e-6)
+    plain = analysis.hot_path_series.filter(pl.col("operation") == PLAIN)
+    assert plain["ttfb_p99_ms"].is_not_null().all()  # marked, not streamed: in the frame, not drawn
+    figure = hot_path_figure(analysis)
+    lines = [t for t in figure.data if t.name == "first byte p99"]
+    assert len(lines) == 1 and list(lines[0].y) == series["ttfb_p99_ms"].to_list()
+    assert sum(t.showlegend is not False for t in lines) == 1
+
+
 def _buckets(values: np.ndarray, left: np.ndarray, width: int) -> dict[int, tuple[int, int]]:
     index = (values // width).astype(int)
     return {int(b) * width: (int((index == b).sum()), int(left[index == b].sum())) for b in np.unique(index)}
@@ -90,8 +112,11 @@ def test_abandonment_is_read_against_the_latency_the_operation_names(scenario, l
 
 def test_a_long_window_merges_the_first_byte_from_the_aggregates(scenario) -> None:
     store, _ = scenario
+    # Series buckets of whole minutes (5 min over the 50): the window is merged from the aggregates.
     conv = Conventions(
-        exact_horizon=timedelta(minutes=30), abandonment_latency=(("*", STREAMED, "first_byte"),)
+        exact_horizon=timedelta(minutes=30),
+        series_buckets=10,
+        abandonment_latency=(("*", STREAMED, "first_byte"),),
     )
     build_summaries(store, until=dt(at(N * 2.0 + 600)), conventions=conv)
     start, end = dt(at(0)), dt(at(N * 2.0))
@@ -99,10 +124,17 @@ def test_a_long_window_merges_the_first_byte_from_the_aggregates(scenario) -> No
     exact = analyze(store, start, end, conventions=conv, use_summaries=False)
     for name in ("first_byte_requests", "streamed_requests"):
         assert merged.hot_path[name].to_list() == exact.hot_path[name].to_list()
+    keys = ["service", "operation", "bucket_start"]
+    got, want = merged.hot_path_series.sort(keys), exact.hot_path_series.sort(keys)
+    assert got.select(keys).equals(want.select(keys))
+    for a, b in zip(got["ttfb_p99_ms"], want["ttfb_p99_ms"], strict=True):
+        assert (a is None and b is None) or abs(a - b) <= RELATIVE_ERROR * b + 1e-9, ("series", a, b)
     for name in ("ttfb_p50_ms", "ttfb_p99_ms"):
         for a, b in zip(merged.hot_path[name], exact.hot_path[name], strict=True):
             assert (a is None and b is None) or abs(a - b) <= RELATIVE_ERROR * b + 1e-9, (name, a, b)
     assert merged.abandonment.equals(exact.abandonment)
+    # The sketches' figures, not the rows': the aggregates were read.
+    assert merged.hot_path["ttfb_p99_ms"].to_list() != exact.hot_path["ttfb_p99_ms"].to_list()
     assert merged.abandonment_summary["latency"].to_list() == exact.abandonment_summary["latency"].to_list()
 
 
