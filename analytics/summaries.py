@@ -1104,6 +1104,23 @@ def _split(
     return inside, outside
 
 
+def _series_grouping(every: timedelta | None) -> tuple[list[pl.Expr], str, dict[str, Any], str]:
+    """How request state groups per series bucket of ``every`` (none: per operation): the Polars
+    expressions for rows, the SQL column for the aggregates, its parameters and the SQL keys."""
+    if every is None:
+        return [], "", {}, "service, operation"
+    sql_group = (
+        ", toDateTime64(toStartOfInterval(start, toIntervalSecond({every_s:UInt32})), 6, 'UTC') "
+        "AS bucket_start"
+    )
+    return (
+        [series_bucket(every)],
+        sql_group,
+        {"every_s": int(every.total_seconds())},
+        ("service, operation, bucket_start"),
+    )
+
+
 class SummaryInputs:
     """A window's and its baseline's rows, from the summaries plus raw spans where they do not
     reach: the frames :func:`analytics.analyze` computes its metrics from, each read when first
@@ -1455,15 +1472,7 @@ class SummaryInputs:
     ) -> tuple[pl.DataFrame, pl.DataFrame]:
         """(totals, latency histogram) per (service, operation[, bucket_start]) of the aggregates of
         the ``whole`` minutes and the request ``rows`` of the rest."""
-        group, sql_group, extra = [], "", dict[str, Any]()
-        if every is not None:
-            group = [series_bucket(every)]
-            sql_group = (
-                ", toDateTime64(toStartOfInterval(start, toIntervalSecond({every_s:UInt32})), 6, 'UTC') "
-                "AS bucket_start"
-            )
-            extra = {"every_s": int(every.total_seconds())}
-        keys = "service, operation" + (", bucket_start" if every is not None else "")
+        group, sql_group, extra, keys = _series_grouping(every)
         totals = self._merged(
             f"service, operation{sql_group}, toInt64(sum(requests)) AS requests, sum(weight) AS weight, "
             "sum(weight_sq) AS weight_sq, min(weight_min) AS weight_min, max(weight_max) AS weight_max, "
@@ -1498,15 +1507,7 @@ class SummaryInputs:
     def first_byte_series_state(self, every: timedelta | None) -> pl.DataFrame:
         """:attr:`first_byte_state`, per series bucket of ``every`` (``bucket_start``, a whole
         number of minutes) when given."""
-        group, sql_group, extra = [], "", dict[str, Any]()
-        if every is not None:
-            group = [series_bucket(every)]
-            sql_group = (
-                ", toDateTime64(toStartOfInterval(start, toIntervalSecond({every_s:UInt32})), 6, 'UTC') "
-                "AS bucket_start"
-            )
-            extra = {"every_s": int(every.total_seconds())}
-        keys = "service, operation" + (", bucket_start" if every is not None else "")
+        group, sql_group, extra, keys = _series_grouping(every)
         merged = self._merged(
             f"service, operation{sql_group}, b AS bucket, sum(w) AS weight, toInt64(sum(n)) AS n",
             keys + ", bucket",

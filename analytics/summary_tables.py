@@ -383,6 +383,19 @@ def failed_calls_column(ctx: DDLContext) -> list[str]:
     return statements
 
 
+def _add_columns(ctx: DDLContext, columns: dict[str, tuple[str, ...]]) -> list[str]:
+    """``ADD COLUMN IF NOT EXISTS`` for each table's columns; on a distributed cluster to both the
+    data table and the Distributed one in front of it."""
+    statements = []
+    for table, added in columns.items():
+        for target in dict.fromkeys((ctx.local(table), table)):
+            statements.append(
+                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
+                + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in added)
+            )
+    return statements
+
+
 def anatomy_columns(ctx: DDLContext) -> list[str]:
     """The calls' tokens, prompt cache, streaming and first token, per call and per minute (tables
     made before the anatomy; fresh stores have the columns from their creation). Minutes summarised
@@ -395,14 +408,7 @@ def anatomy_columns(ctx: DDLContext) -> list[str]:
         "cached_calls Int64",
     )
     columns = {CALLS_TABLE: (*sums, "ttft_ns Nullable(Int64)"), CALL_MINUTES_TABLE: sums}
-    statements = []
-    for table, added in columns.items():
-        for target in dict.fromkeys((ctx.local(table), table)):
-            statements.append(
-                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
-                + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in added)
-            )
-    return statements
+    return _add_columns(ctx, columns)
 
 
 def first_byte_columns(ctx: DDLContext) -> list[str]:
@@ -420,14 +426,7 @@ def first_byte_columns(ctx: DDLContext) -> list[str]:
             "fb_n Array(UInt64)",
         ),
     }
-    statements = []
-    for table, added in columns.items():
-        for target in dict.fromkeys((ctx.local(table), table)):
-            statements.append(
-                f"ALTER TABLE {ctx.name(target)}{ctx.on_cluster} "
-                + ", ".join(f"ADD COLUMN IF NOT EXISTS {c}" for c in added)
-            )
-    return statements
+    return _add_columns(ctx, columns)
 
 
 def anatomy_tables(ctx: DDLContext) -> list[str]:

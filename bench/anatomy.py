@@ -29,13 +29,13 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from analytics import analyze, build_summaries
+from bench import best_of
 from bench.scale_data import fill_days_ending
 from storage import open_store
 
@@ -45,15 +45,6 @@ FROM otel_traces
 WHERE Timestamp >= {a:DateTime64(9)} AND Timestamp < {b:DateTime64(9)} AND SpanKind = 'Client'
 SETTINGS use_query_condition_cache = 0
 """
-
-
-def _best(run: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
@@ -86,12 +77,12 @@ def main() -> None:
             def frame(name: str, start: datetime = start) -> Any:
                 return getattr(analyze(store, start, end, lazy=True), name)
 
-            anatomy = _best(partial(frame, "llm_anatomy"), args.repeat)
-            hot = _best(partial(frame, "hot_path"), args.repeat)
-            costs = _best(partial(frame, "llm_costs"), args.repeat)
+            anatomy = best_of(partial(frame, "llm_anatomy"), args.repeat)
+            hot = best_of(partial(frame, "hot_path"), args.repeat)
+            costs = best_of(partial(frame, "llm_costs"), args.repeat)
             # The window and its baseline (the same length before it), as the analysis reads them.
             params = {"a": start - (end - start), "b": end}
-            floor = _best(partial(store.query_rows, _FLOOR_SQL, params), args.repeat)
+            floor = best_of(partial(store.query_rows, _FLOOR_SQL, params), args.repeat)
             models = analyze(store, start, end, lazy=True).llm_anatomy.height
             out[label] = {
                 "anatomy_s": anatomy,

@@ -27,8 +27,6 @@ import platform
 import shutil
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -37,6 +35,7 @@ from typing import Any
 from analytics import Conventions, analyze
 from analytics._common import Windows
 from analytics.llm_spans import fetch_roots, first_bytes_sql, roots_sql
+from bench import best_of
 from bench.scale_data import fill_days_ending
 from collectors import TRACES_TABLE, inspect_traces
 from storage import Store, open_store
@@ -56,15 +55,6 @@ FROM (
     FROM otel_traces WHERE ParentSpanId = '' AND SpanKind = 'Server'
 ) ARRAY JOIN [0, 1, 2, 3, 4] AS i
 """
-
-
-def _best(run: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def _query(store: Store, sql: str, windows: Windows, conv: Conventions) -> int:
@@ -94,14 +84,14 @@ def main() -> None:
         windows = Windows.of(end - timedelta(days=1), end)
         table = store.table(TRACES_TABLE)
         conv, without = Conventions(), Conventions(first_byte_attribute="")
-        roots = _best(partial(_query, store, roots_sql(table), windows, conv), args.repeat)
-        sends = _best(partial(_query, store, first_bytes_sql(table), windows, conv), args.repeat)
-        fetched = _best(partial(fetch_roots, store, windows, conv), args.repeat)
-        alone = _best(partial(fetch_roots, store, windows, without), args.repeat)
+        roots = best_of(partial(_query, store, roots_sql(table), windows, conv), args.repeat)
+        sends = best_of(partial(_query, store, first_bytes_sql(table), windows, conv), args.repeat)
+        fetched = best_of(partial(fetch_roots, store, windows, conv), args.repeat)
+        alone = best_of(partial(fetch_roots, store, windows, without), args.repeat)
         requests = int(fetch_roots(store, windows, conv)["first_byte_ms"].is_not_null().sum())
         raw = partial(analyze, store, windows.start, windows.end, use_summaries=False)
-        whole = _best(partial(raw, conventions=conv), args.repeat)
-        whole_alone = _best(partial(raw, conventions=without), args.repeat)
+        whole = best_of(partial(raw, conventions=conv), args.repeat)
+        whole_alone = best_of(partial(raw, conventions=without), args.repeat)
         out.update(roots_s=roots, first_bytes_s=sends, fetch_roots_s=fetched, fetch_roots_alone_s=alone)
         out.update(raw_analysis_s=whole, raw_analysis_alone_s=whole_alone)
         out["requests_with_first_byte"] = requests
