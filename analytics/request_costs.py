@@ -75,9 +75,11 @@ def request_llm_state(
     ``output_tokens``, ``cached_tokens``): each request's synchronous calls, weighted by the
     requests its root stands for. Pure."""
     names = [e.meta.output_name() for e in group]
+    # The keys keep their type (categorical from analyze()) until grouped: a string per request
+    # row of a long raw window costs more than the rest of this together.
     rows = requests.select(
         "trace_key",
-        pl.col(*_KEYS).cast(pl.String),
+        *_KEYS,
         pl.col("weight").fill_null(1.0).alias("w")
         if "weight" in requests.columns
         else pl.lit(1.0).alias("w"),
@@ -91,19 +93,24 @@ def request_llm_state(
         *(pl.lit(0.0).alias(c) for c in _SUMS[1:]),
     )
     sync = calls.filter(pl.col("sync")).select(
-        "trace_key",
-        pl.col("provider", "model").cast(pl.String),
-        pl.col("input_tokens", "output_tokens", "cached_tokens").cast(pl.Float64),
+        "trace_key", "provider", "model", "input_tokens", "output_tokens", "cached_tokens"
     )
     joined = rows.join(sync, on="trace_key", how="inner")
     w = pl.col("w")
     per_model = joined.group_by(*keys, "provider", "model").agg(
         pl.lit(0.0).alias("requests"),
         w.sum().alias("calls"),
-        *((w * pl.col(c)).sum().alias(c) for c in ("input_tokens", "output_tokens", "cached_tokens")),
+        *(
+            (w * pl.col(c).cast(pl.Float64)).sum().alias(c)
+            for c in ("input_tokens", "output_tokens", "cached_tokens")
+        ),
     )
     columns = [*names, *REQUEST_LLM_STATE_SCHEMA]
-    return pl.concat([own.select(columns), per_model.select(columns)], how="vertical_relaxed")
+    strings = pl.col(*_KEYS, "provider", "model").cast(pl.String)
+    return pl.concat(
+        [own.with_columns(strings).select(columns), per_model.with_columns(strings).select(columns)],
+        how="vertical_relaxed",
+    )
 
 
 def llm_costs(
