@@ -1094,6 +1094,8 @@ lease_ttl = "30s"              # scheduler lease: a second scheduling instance s
 window = "1h"                  # analysed window, ending at each run
 # baseline = "1h"              # baseline window just before it (default: the same length)
 # conventions = {{ min_release_requests = 50 }}   # analytics span conventions
+# A streamed endpoint's abandonment read against its time to first byte:
+# conventions = {{ abandonment_latency = [{{ operation = "POST /chat/stream", latency = "first_byte" }}] }}
 
 # Model prices, USD per million tokens (none are shipped; a model without one has no cost):
 # [[analysis.prices]]
