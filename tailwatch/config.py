@@ -1041,7 +1041,17 @@ def render_config(config: TailwatchConfig) -> str:
 
 
 def _inline_table(values: Mapping[str, Any]) -> str:
-    return "{ " + ", ".join(f"{k} = {json.dumps(v)}" for k, v in values.items()) + " }"
+    return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in values.items()) + " }"
+
+
+def _toml_value(value: Any) -> str:
+    """A value as TOML writes it: tables inline, lists as arrays (a per-operation convention is a
+    list of tables), strings, numbers and booleans as JSON spells them, which TOML shares."""
+    if isinstance(value, Mapping):
+        return _inline_table(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)
 
 
 def example_config() -> str:

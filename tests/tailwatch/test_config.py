@@ -112,6 +112,24 @@ def test_cron_table_forms_in_toml(tmp_path: Path) -> None:
     assert shown["schedule"]["analyze"] == {"cron": "*/5 * * * *"}
 
 
+def test_per_operation_conventions_show_as_toml_that_loads_back(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "[analysis.conventions]\n"
+        'abandonment_latency = [{ operation = "POST /chat/stream", latency = "first_byte" }]\n'
+        'latency_budgets = [{ service = "chat-*", operation = "POST /chat", budget = "2s" }]\n'
+        'flag_events = ["feature_flag.evaluation"]\n',
+    )
+    config = load_config(path, env={})
+    shown = tomllib.loads(render_config(config))["analysis"]["conventions"]
+    assert shown["abandonment_latency"] == [{"operation": "POST /chat/stream", "latency": "first_byte"}]
+    assert shown["latency_budgets"] == [{"service": "chat-*", "operation": "POST /chat", "budget": "2s"}]
+    assert shown["flag_events"] == ["feature_flag.evaluation"]
+    # What is shown is a configuration that loads to the same conventions.
+    again = load_config(_write(tmp_path, render_config(config)), env={})
+    assert again.analysis.conventions == config.analysis.conventions
+
+
 def test_precedence_argument_env_file_default(tmp_path: Path) -> None:
     path = _write(
         tmp_path,
