@@ -1541,8 +1541,11 @@ class SummaryInputs:
                 frames.append(normalize(merged))
             rows = self._rows_of(rest) if rest else empty(STORED_REQUESTS_SCHEMA)
             if not rows.is_empty():
-                lo, hi = min(x for x, _ in rest), max(y for _, y in rest) + self.conv.trace_margin
-                calls = self.sync_calls(lo, hi, with_tokens=True).join(
+                # Each piece's calls (they start within the trace margin after its requests): the
+                # pieces are a window's edges, and what lies between them is read from the sums.
+                margin = self.conv.trace_margin
+                reads = _merge_ranges([(x, y + margin) for x, y in rest])  # disjoint: no call twice
+                calls = pl.concat([self.sync_calls(x, y, with_tokens=True) for x, y in reads]).join(
                     rows.select("trace_key"), on="trace_key", how="semi"
                 )
                 frames.append(request_llm_state(rows, calls).with_columns(pl.lit(label).alias("window")))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import pytest
 from analytics import Conventions, analyze, build_summaries
 from analytics.conventions import Price
 from analytics.report import render_table
+from analytics.summaries import summary_coverage
+from analytics.summary_tables import MINUTES_TABLE
 from collectors import insert_spans
 from collectors.spans import SpanRow
 from storage import Store, ensure_schema, open_store
@@ -52,10 +55,10 @@ def _usd(tokens: tuple[int, int, int]) -> float:
     return ((inputs - cached) * 0.15 + cached * 0.075 + outputs * 0.6) / 1e6
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, list[dict]]]:
+def _filled(path: Path) -> tuple[Store, list[dict]]:
     """Two hours of three operations: POST /chat with one or two priced calls per request (the
-    prompt tripled by v1.1), GET /search with none, POST /agent calling a model without a price."""
+    prompt tripled by v1.1), GET /search with none, POST /agent calling a model without a price;
+    the store and each POST /chat request's truth."""
     rng = np.random.default_rng(9)
     spans: list[SpanRow] = []
     truth: list[dict] = []
@@ -75,9 +78,15 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, 
         spans += hot_request("chat-api", "GET /search", at(i * 24.0), 80.0, version="1.0")
         agent = hot_request("chat-api", "POST /agent", at(i * 24.0 + 5), 500.0, version="1.0")
         spans += [*agent, _call(agent[0], "house-model", (800, 100, 0), 5.0)]
-    store = open_store("chdb://" + str(tmp_path_factory.mktemp("costs") / "store"))
+    store = open_store("chdb://" + str(path))
     ensure_schema(store)
     insert_spans(store, spans)
+    return store, truth
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Store, list[dict]]]:
+    store, truth = _filled(tmp_path_factory.mktemp("costs") / "store")
     try:
         yield store, truth
     finally:
@@ -152,3 +161,29 @@ def test_without_prices_tokens_are_reported_and_cost_is_null(scenario) -> None:
     assert chat["llm_tokens_per_request"] == pytest.approx(
         _expected(truth, HOUR, 2 * HOUR)["tokens"], rel=1e-12
     )
+
+
+def test_a_window_cut_mid_minute_and_partly_summarised_costs_the_same_as_its_rows(scenario) -> None:
+    store, _ = scenario
+    conv = Conventions(llm_prices=(PRICE,), exact_horizon=timedelta(minutes=20))
+    build_summaries(store, until=dt(at(2 * HOUR + 600)), conventions=conv)
+    # Forget the minutes from the window's middle on: its edges are partial minutes, its second
+    # half is read raw (as minutes not summarised yet are).
+    middle = dt(at(1.5 * HOUR))
+    store.command(f"DELETE FROM {store.table(MINUTES_TABLE)} WHERE minute >= {{m:DateTime}}", {"m": middle})
+    try:
+        start, end = dt(at(HOUR + 17)), dt(at(2 * HOUR + 17))
+        covered = summary_coverage(store, start, end, conventions=conv)
+        assert covered and covered[0][0] <= start and covered[-1][1] == middle
+        got = analyze(store, start, end, conventions=conv).llm_costs
+        want = analyze(store, start, end, conventions=conv, use_summaries=False).llm_costs
+    finally:
+        build_summaries(store, until=dt(at(2 * HOUR + 600)), conventions=conv)
+    keys = ["service", "operation", "version", "window"]
+    assert got.select(keys).sort(keys).equals(want.select(keys).sort(keys))
+    rows = zip(got.sort(keys).iter_rows(named=True), want.sort(keys).iter_rows(named=True), strict=True)
+    for a, b in rows:
+        assert a["requests"] == b["requests"], (a, b)
+        for column in ("sync_llm_calls_per_request", "llm_tokens_per_request", "llm_cost_per_request"):
+            assert (a[column] is None) == (b[column] is None), (column, a, b)
+            assert a[column] is None or a[column] == pytest.approx(b[column], rel=1e-9), (column, a, b)
