@@ -1528,7 +1528,8 @@ class SummaryInputs:
         w = self.windows
         frames = [empty({"window": pl.String, **REQUEST_LLM_STATE_SCHEMA})]
         for label, a, b in (("current", w.start, w.end), ("baseline", w.baseline_start, w.baseline_end)):
-            whole, rest = self._pieces(a, b)
+            # The current window's pieces and rest rows are the hot path's (computed once).
+            whole, rest = self._agg_pieces if label == "current" else self._pieces(a, b)
             if whole:
                 where, params = _in_ranges(whole)
                 sums = ", ".join(f"sum({c}) AS {c}" for c in _REQUEST_LLM_SUMS)
@@ -1539,7 +1540,7 @@ class SummaryInputs:
                     {**params, "label": label},
                 )
                 frames.append(normalize(merged))
-            rows = self._rows_of(rest) if rest else empty(STORED_REQUESTS_SCHEMA)
+            rows = self._rest_rows if label == "current" else self._rows_of(rest)
             if not rows.is_empty():
                 # Each piece's calls (they start within the trace margin after its requests): the
                 # pieces are a window's edges, and what lies between them is read from the sums.
