@@ -554,7 +554,7 @@ def analyze(
         source = _FromSummaries(store, summarised, windows, conv, every)
         if lazy:
             return Analysis.deferred(windows, conv.bucket_ms, source.frame)
-        return _analysis(windows, conv, {name: source.frame(name) for name in FRAME_SCHEMAS})
+        return _analysis(windows, conv, source.frames())
     # The store answers one query at a time: one thread runs the reductions in order while this one
     # does the Polars work on what has arrived, so the two overlap and the store never waits for
     # Python between queries. On an error the queries not yet started are cancelled.
@@ -835,6 +835,26 @@ class _FromSummaries:
 
     def frame(self, name: str) -> pl.DataFrame:
         return getattr(self, name).cast(pl.Schema(FRAME_SCHEMAS[name]))
+
+    def frames(self) -> dict[str, pl.DataFrame]:
+        """Every frame. Those that read much from the store and share no input with the others are
+        computed on a second thread, so that the store runs their queries while this one does the
+        Python work of the rest (the store's lock keeps one query at a time)."""
+        alongside = ["existing_hedges", "llm_anatomy_series"]
+        if self._aggregated:
+            # Their job statistics (the window's jobs reduced in the store) serve nothing else;
+            # a short window's job rows also serve the slices, computed here.
+            alongside = ["cold_path", "cold_path_series", "cold_path_cdf", *alongside]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tailwatch-analysis-sql") as pool:
+            later = {name: pool.submit(self.frame, name) for name in alongside}
+            try:
+                out = {name: self.frame(name) for name in FRAME_SCHEMAS if name not in later}
+            except BaseException:
+                for future in later.values():
+                    future.cancel()
+                raise
+            out |= {name: future.result() for name, future in later.items()}
+        return {name: out[name] for name in FRAME_SCHEMAS}
 
     # --- what several frames share ------------------------------------------------------------
     @cached_property

@@ -131,7 +131,7 @@ HEDGE_QUANTILES = (0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.97, 0.99)
 def _model_quantile(models: pl.Series, pools: dict[str, np.ndarray], q: float) -> np.ndarray:
     """Per call: its provider/model's quantile ``q`` (type 7) of the observed latencies."""
     at = {key: float(np.quantile(pool, q, method="linear")) for key, pool in pools.items()}
-    return np.array([at[m] for m in models.to_list()], dtype=np.float64)
+    return models.replace_strict(at, return_dtype=pl.Float64).to_numpy()
 
 
 def _draws(calls: pl.DataFrame, pools: dict[str, np.ndarray], key_of: pl.Series, seed: int) -> np.ndarray:
@@ -149,44 +149,69 @@ def _draws(calls: pl.DataFrame, pools: dict[str, np.ndarray], key_of: pl.Series,
     return out
 
 
-def _new_latency(requests: pl.DataFrame, calls: pl.DataFrame, new_ms: np.ndarray) -> np.ndarray:
-    """Per request (rows of ``requests``): its duration with each of its calls (rows of ``calls``,
-    ``_row`` the request's index) lasting ``new_ms`` instead — see the module docstring."""
-    duration = requests["duration_ms"].to_numpy()
-    if calls.is_empty():
-        return duration.copy()
-    start = calls["start_ns"].to_numpy()
-    end = calls["end_ns"].to_numpy()
-    old_ns = end - start
-    change_ns = np.round(new_ms * 1e6).astype(np.int64) - old_ns
-    frame = pl.DataFrame(
-        {"i": np.arange(calls.height), "row": calls["_row"], "s": start, "e": end, "d": change_ns}
-    )
-    # The calls of the request that ended before this one started move it by their change.
-    ended = (
-        frame.sort("row", "e").select("row", "e", pl.col("d").cum_sum().over("row").alias("moved")).sort("e")
-    )
-    shift = (
-        frame.sort("s")
-        .join_asof(ended, left_on="s", right_on="e", by="row", strategy="backward", check_sortedness=False)
-        .sort("i")["moved"]
-        .fill_null(0)
-        .to_numpy()
-    )
-    row = calls["_row"].to_numpy()
-    new_s = start + shift
-    new_e = new_s + old_ns + change_ns
-    n = requests.height
+class _Moves:
+    """An operation's requests (``requests``) and calls (``calls``, ``_row`` the request's index):
+    what :meth:`new_latency` needs that does not depend on the calls' new times, computed once for
+    the tens of options simulated on the same calls."""
 
-    def union(s: np.ndarray, e: np.ndarray) -> np.ndarray:
-        order = np.lexsort((s, row))
-        return union_ns_per_row(row[order], s[order], e[order], n)
+    def __init__(self, requests: pl.DataFrame, calls: pl.DataFrame) -> None:
+        self.duration = requests["duration_ms"].to_numpy()
+        self.floor = -requests["sync_llm_ms"].to_numpy()
+        self.rows = requests.height
+        self.empty = calls.is_empty()
+        if self.empty:
+            return
+        self.start = calls["start_ns"].to_numpy()
+        self.old_ns = calls["end_ns"].to_numpy() - self.start
+        self.row = calls["_row"].to_numpy()
+        frame = pl.DataFrame(
+            {"i": np.arange(calls.height), "row": self.row, "s": self.start, "e": self.start + self.old_ns}
+        )
+        # The calls in (request, end) order: position k holds call by_end[k].
+        ended = frame.sort("row", "e", maintain_order=True).with_row_index("k")
+        self.by_end = ended["i"].to_numpy()
+        # Per position, the position of its request's first call (its running sum starts there).
+        self.first = ended.select(pl.col("k").min().over("row"))["k"].to_numpy().astype(np.int64)
+        # Per call, the position of the last call of its request that ended at or before it started
+        # (-1: none): the calls whose change moves it.
+        self.before = (
+            frame.sort("s")
+            .join_asof(
+                ended.select("row", "e", "k").sort("e", maintain_order=True),
+                left_on="s",
+                right_on="e",
+                by="row",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .sort("i")["k"]
+            .fill_null(-1)
+            .to_numpy()
+            .astype(np.int64)
+        )
+        self.union_now = self._union(self.start, self.start + self.old_ns)
 
-    delta_ms = (union(new_s, new_e) - union(start, end)) / 1e6
-    floor = -requests["sync_llm_ms"].to_numpy()
-    # In whole nanoseconds, as spans are: a new latency on a bucket's edge (a fallback's T + F) then
-    # falls in that bucket, not a float's width below it.
-    return np.round(duration + np.maximum(delta_ms, floor), 6)
+    def _union(self, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+        order = np.lexsort((s, self.row))
+        return union_ns_per_row(self.row[order], s[order], e[order], self.rows)
+
+    def new_latency(self, new_ms: np.ndarray) -> np.ndarray:
+        """Per request: its duration with each of its calls lasting ``new_ms`` instead — see the
+        module docstring."""
+        if self.empty:
+            return self.duration.copy()
+        change_ns = np.round(new_ms * 1e6).astype(np.int64) - self.old_ns
+        # The calls of the request that ended before this one started move it by their change.
+        ordered = change_ns[self.by_end]
+        running = np.cumsum(ordered)
+        moved = running - running[self.first] + ordered[self.first]
+        shift = np.where(self.before >= 0, moved[np.maximum(self.before, 0)], 0)
+        new_s = self.start + shift
+        new_e = new_s + self.old_ns + change_ns
+        delta_ms = (self._union(new_s, new_e) - self.union_now) / 1e6
+        # In whole nanoseconds, as spans are: a new latency on a bucket's edge (a fallback's T + F)
+        # then falls in that bucket, not a float's width below it.
+        return np.round(self.duration + np.maximum(delta_ms, self.floor), 6)
 
 
 @dataclass(frozen=True)
@@ -307,13 +332,14 @@ def _operation_rows(
     )
 
     second = _draws(op_calls, pools, models, conv.what_if_seed)
+    moves = _Moves(group, op_calls)
     fallback_ms = fallback_for(service, operation, conv)
 
     def hedge(delay: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
         """(new latencies, calls over T, extra tokens ratio — the extra calls ratio when the
         calls report no tokens) of a hedge at ``delay``."""
         over = latency > delay
-        new = _new_latency(group, op_calls, np.where(over, np.minimum(latency, delay + second), latency))
+        new = moves.new_latency(np.where(over, np.minimum(latency, delay + second), latency))
         if total_tokens == 0:
             return new, over, float((call_w * over).sum() / call_w.sum())
         return new, over, float((tokens * call_w * over).sum()) / total_tokens
@@ -346,7 +372,7 @@ def _operation_rows(
                 op,
                 "timeout_fallback",
                 f"{label} F={fallback_ms:g}ms",
-                _new_latency(group, op_calls, fallback),
+                moves.new_latency(fallback),
                 None,
                 0.0,
                 f"calls over T answered by a fallback (a cache read) of "
@@ -392,7 +418,7 @@ def _operation_rows(
                     op,
                     "route_model",
                     target,
-                    _new_latency(group, op_calls, routed),
+                    moves.new_latency(routed),
                     None,
                     0.0,
                     f"every other model's calls take {target}'s latency ({_INDEPENDENT}); "
