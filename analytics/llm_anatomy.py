@@ -188,45 +188,42 @@ def anatomy_buckets(calls: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     duration_ms = (pl.col("end_ns") - pl.col("start_ns")) / 1e6
     ttft_ms = pl.col("ttft_ns") / 1e6
     out = pl.col("output_tokens")
-    base = calls.select(
+    base = calls.lazy().select(
         *keys,
         duration_ms.alias("_duration"),
         ttft_ms.alias("_ttft"),
         pl.col("input_tokens"),
         out,
     )
-    parts = [
-        base.filter(pl.col("_ttft").is_not_null()).select(
-            *keys, pl.lit("ttft").alias("measure"), bucket_expr("_ttft").cast(pl.Int32).alias("key")
+    # (measure, the calls it counts, their bucket): each counted on its own and the small results
+    # concatenated — one frame of every call per measure grouped on a string would cost seconds on
+    # a raw day of millions of calls.
+    measures: list[tuple[str, pl.Expr, pl.Expr]] = [
+        ("ttft", pl.col("_ttft").is_not_null(), bucket_expr("_ttft").cast(pl.Int32)),
+        (
+            "tpot",
+            pl.col("_ttft").is_not_null() & (out > 0),
+            bucket_expr(((pl.col("_duration") - pl.col("_ttft")).clip(lower_bound=0.0)) / out).cast(pl.Int32),
         ),
-        base.filter(pl.col("_ttft").is_not_null() & (out > 0)).select(
-            *keys,
-            pl.lit("tpot").alias("measure"),
-            bucket_expr(((pl.col("_duration") - pl.col("_ttft")).clip(lower_bound=0.0)) / out)
-            .cast(pl.Int32)
-            .alias("key"),
-        ),
-        base.filter(pl.col("input_tokens") > 0).select(
-            *keys, pl.lit("input").alias("measure"), bucket_expr("input_tokens").cast(pl.Int32).alias("key")
-        ),
-        base.filter(out > 0).select(
-            *keys, pl.lit("output").alias("measure"), bucket_expr("output_tokens").cast(pl.Int32).alias("key")
-        ),
-        base.filter(out > 0).select(
-            *keys,
-            pl.lit("fit").alias("measure"),
-            (
-                _token_bucket("output_tokens") * _FIT_SHIFT + bucket_expr("_duration").cast(pl.Int32) + 32768
-            ).alias("key"),
+        ("input", pl.col("input_tokens") > 0, bucket_expr("input_tokens").cast(pl.Int32)),
+        ("output", out > 0, bucket_expr("output_tokens").cast(pl.Int32)),
+        (
+            "fit",
+            out > 0,
+            _token_bucket("output_tokens") * _FIT_SHIFT + bucket_expr("_duration").cast(pl.Int32) + 32768,
         ),
     ]
-    return (
-        pl.concat(parts)
-        .group_by(*keys, "measure", "key")
-        .agg(pl.len().cast(pl.Int64).alias("n"))
-        .with_columns(pl.col("provider", "model").cast(pl.String))
-        .select(list(schema))
-        .cast(pl.Schema(schema))
+    parts = pl.collect_all(
+        [
+            base.filter(where)
+            .group_by(*keys, key.alias("key"))
+            .agg(pl.len().cast(pl.Int64).alias("n"))
+            .with_columns(pl.lit(measure).alias("measure"))
+            for measure, where, key in measures
+        ]
+    )
+    return pl.concat([part.select(list(schema)).cast(pl.Schema(schema)) for part in parts]).sort(
+        *keys, "measure", "key"
     )
 
 

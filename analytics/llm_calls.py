@@ -180,10 +180,13 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
         & ((pl.col("model") == previous_model) | (pl.col("model") == "") | (previous_model == ""))
     )
     siblings = siblings.with_columns((~overlaps.fill_null(False)).cast(pl.Int64).cum_sum().alias("_mirror"))
-    if siblings["_mirror"].n_unique() == siblings.height:
+    # Only the groups of two or more spans are mirrors (a few, if any): the rest stay as they are.
+    mirrored = pl.col("_mirror").is_duplicated()
+    groups = siblings.filter(mirrored)
+    if groups.is_empty():
         return spans
     kept = (
-        siblings.with_columns(
+        groups.with_columns(
             pl.col(
                 "tokens",
                 "input_tokens",
@@ -200,7 +203,7 @@ def _one_span_per_instrumented_call(spans: pl.DataFrame) -> pl.DataFrame:
         .unique(subset="_mirror", keep="first", maintain_order=False)
         .drop("_mirror")
     )
-    return pl.concat([spans.filter(~shared), kept])
+    return pl.concat([spans.filter(~shared), siblings.filter(~mirrored).drop("_mirror"), kept])
 
 
 def logical_calls(llm_spans: pl.DataFrame, attempts: pl.DataFrame, hot_traces: pl.Series) -> pl.DataFrame:
