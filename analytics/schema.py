@@ -13,6 +13,7 @@ from analytics.summary_tables import (
     anatomy_tables,
     failed_calls_column,
     first_byte_columns,
+    hour_tables,
     minutes_layer,
     request_llm_tables,
     summary_tables,
@@ -104,6 +105,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         first_byte_columns,
     ),
     migration(25, "tailwatch_agg_request_llm", request_llm_tables),
+    migration(26, "tailwatch_agg_llm_anatomy_hours and tailwatch_summary_hours", hour_tables),
 )
 
 register_migrations(MIGRATIONS)

@@ -94,6 +94,7 @@ from analytics.sketch import bucket_expr
 from analytics.slices import FLAG_EVALUATIONS_SCHEMA, fetch_flag_evaluations
 from analytics.stats import OutsideWindow, SortedWindow, polars_quantile
 from analytics.summary_tables import (
+    AGG_LLM_ANATOMY_HOURS_TABLE,
     AGG_LLM_ANATOMY_TABLE,
     AGG_REQUEST_LLM_TABLE,
     AGG_REQUESTS_TABLE,
@@ -102,6 +103,8 @@ from analytics.summary_tables import (
     CALL_MINUTES_TABLE,
     CALLS_TABLE,
     EVALUATIONS_TABLE,
+    HOUR_TABLES,
+    HOURS_TABLE,
     JOB_SPANS_TABLE,
     MINUTES_TABLE,
     REQUEST_MINUTES_TABLE,
@@ -129,6 +132,7 @@ __all__ = [
 ]
 
 _MINUTE = timedelta(minutes=1)
+_HOUR = timedelta(hours=1)
 # The layout a minute is summarised with: 1 adds the per-minute aggregates (analytics.aggregates),
 # 2 the workflow runs' (analytics.retries.retry_state), 3 the LLM calls that failed after their
 # retries (failed_calls), 4 the calls' anatomy (tokens, cache, first token, and
@@ -564,9 +568,9 @@ def data_tables(store: Store) -> dict[str, str]:
     rows = store.query_rows(
         "SELECT name, engine, engine_full FROM system.tables "
         "WHERE database = {db:String} AND has({names:Array(String)}, name)",
-        {"db": store.database, "names": [*SUMMARY_TABLES, MINUTES_TABLE]},
+        {"db": store.database, "names": [*SUMMARY_TABLES, *HOUR_TABLES, MINUTES_TABLE]},
     )
-    out = {name: store.table(name) for name in (*SUMMARY_TABLES, MINUTES_TABLE)}
+    out = {name: store.table(name) for name in (*SUMMARY_TABLES, *HOUR_TABLES, MINUTES_TABLE)}
     for name, engine, engine_full in rows:
         parts = distributed_parts(engine_full, store.database) if engine == "Distributed" else None
         if parts is not None:
@@ -577,7 +581,15 @@ def data_tables(store: Store) -> dict[str, str]:
 
 
 def _delete(store: Store, lo: datetime, hi: datetime, tables: dict[str, str]) -> None:
-    """Remove the rows of [lo, hi) before they are written again (lightweight deletes)."""
+    """Remove the rows of [lo, hi) before they are written again (lightweight deletes), and the
+    pre-merged hours they are part of — the hour's record first, so that no reader takes the hour's
+    rows for whole once one of its minutes is gone."""
+    for name in (HOURS_TABLE, *(t for t in HOUR_TABLES if t != HOURS_TABLE)):
+        store.command(
+            f"DELETE FROM {tables[name]} "
+            "WHERE start >= toStartOfHour({lo:DateTime64(9)}) AND start < {hi:DateTime64(9)}",
+            {"lo": lo, "hi": hi},
+        )
     for name in SUMMARY_TABLES:
         store.command(
             f"DELETE FROM {tables[name]} "
@@ -845,6 +857,7 @@ def _build(
     if built_from is not None:
         run(watermark, limit, any(b > watermark for _, b in again))
     again = [(a, min(b, watermark)) for a, b in again if a < watermark]
+    _merge_hours(store, key, tables)
     # Retention drops whole days: looked at on a first build and whenever a build reaches a new
     # hour, not every minute.
     if not covered or limit.replace(minute=0) > covered[-1][1].replace(minute=0):
@@ -857,6 +870,51 @@ def _build(
         rows,
         time.perf_counter() - started,
     )
+
+
+# Hours merged per statement (each a range of the WHERE clause).
+_HOURS_PER_MERGE = 48
+
+
+def _merge_hours(store: Store, key: str, tables: dict[str, str]) -> int:
+    """Pre-merge every hour whose 60 minutes are summarised with :data:`LAYER` and the conventions
+    ``key`` and that is not recorded yet: the rows a killed merge left are removed, the minutes'
+    anatomy rows summed per hour in ClickHouse, then the hour recorded. Returns the hours merged."""
+    rows = store.query_rows(
+        f"""
+SELECT toStartOfHour(minute) AS hour
+FROM (
+    SELECT minute FROM {store.table(MINUTES_TABLE)} GROUP BY minute
+    HAVING argMax(layer, built_at) = {{layer:UInt8}} AND argMax(conventions, built_at) = {{key:String}}
+)
+GROUP BY hour
+HAVING count() = 60 AND hour NOT IN (SELECT toDateTime(start, 'UTC') FROM {store.table(HOURS_TABLE)})
+ORDER BY hour""",
+        {"layer": LAYER, "key": key},
+    )
+    hours = [as_utc(h) for (h,) in rows]
+    for i in range(0, len(hours), _HOURS_PER_MERGE):
+        chunk = hours[i : i + _HOURS_PER_MERGE]
+        where, params = _in_ranges(_merge_ranges([(h, h + _HOUR) for h in chunk]))
+        store.command(f"DELETE FROM {tables[AGG_LLM_ANATOMY_HOURS_TABLE]} WHERE {where}", params)
+        store.command(
+            f"INSERT INTO {store.table(AGG_LLM_ANATOMY_HOURS_TABLE)} "
+            "(start, provider, model, measure, key, n) "
+            "SELECT toDateTime64(toStartOfHour(start), 9, 'UTC') AS hour, provider, model, measure, key, "
+            f"sum(n) FROM {store.table(AGG_LLM_ANATOMY_TABLE)} WHERE {where} "
+            "GROUP BY hour, provider, model, measure, key",
+            params,
+            settings=_ACROSS_DAYS,
+        )
+        store.insert_arrow(
+            store.table(HOURS_TABLE),
+            pl.DataFrame(
+                {"start": chunk, "built_at": [datetime.now(UTC)] * len(chunk)},
+                schema={"start": pl.Datetime("ns", "UTC"), "built_at": pl.Datetime("ms", "UTC")},
+            ).to_arrow(),
+            settings=_ACROSS_DAYS,
+        )
+    return len(hours)
 
 
 def _built_with_others(store: Store, key: str) -> bool:
@@ -899,7 +957,7 @@ def _drop_expired(store: Store, now: datetime, conv: Conventions, tables: dict[s
     """Drop the days of summaries older than the retention (whole partitions: no rewrite). The
     days are read from the tables themselves (through a ``Distributed`` one, every shard's)."""
     cutoff = floor_minute(now - conv.summary_retention).replace(hour=0, minute=0)
-    for name in (*SUMMARY_TABLES, MINUTES_TABLE):
+    for name in (*SUMMARY_TABLES, *HOUR_TABLES, MINUTES_TABLE):
         column = "minute" if name == MINUTES_TABLE else "start"
         days = store.query_rows(
             f"SELECT DISTINCT toYYYYMMDD({column}) FROM {store.table(name)} "
@@ -914,14 +972,42 @@ def _drop_expired(store: Store, now: datetime, conv: Conventions, tables: dict[s
 # --- a window from the summaries ---------------------------------------------------------------
 
 
-def _in_ranges(ranges: list[tuple[datetime, datetime]]) -> tuple[str, dict[str, Any]]:
+def _in_ranges(ranges: list[tuple[datetime, datetime]], prefix: str = "") -> tuple[str, dict[str, Any]]:
+    """``start`` within one of ``ranges``, and its parameters (named with ``prefix``)."""
+    lo, hi = f"{prefix}lo", f"{prefix}hi"
     where = " OR ".join(
-        f"(start >= {{lo{i}:DateTime64(9)}} AND start < {{hi{i}:DateTime64(9)}})" for i in range(len(ranges))
+        f"(start >= {{{lo}{i}:DateTime64(9)}} AND start < {{{hi}{i}:DateTime64(9)}})"
+        for i in range(len(ranges))
     )
     params: dict[str, Any] = {}
     for i, (a, b) in enumerate(ranges):
-        params |= {f"lo{i}": a, f"hi{i}": b}
+        params |= {f"{lo}{i}": a, f"{hi}{i}": b}
     return f"({where})", params
+
+
+def _pre_merged(
+    store: Store, whole: list[tuple[datetime, datetime]]
+) -> tuple[list[tuple[datetime, datetime]], list[tuple[datetime, datetime]]]:
+    """``whole`` (ranges of whole summarised minutes) cut into the recorded pre-merged hours it holds
+    whole and the rest."""
+    candidates = []
+    for a, b in whole:
+        hour = a.replace(minute=0, second=0, microsecond=0)
+        hour += _HOUR if hour < a else timedelta(0)
+        while hour + _HOUR <= b:
+            candidates.append(hour)
+            hour += _HOUR
+    if not candidates:
+        return [], whole
+    recorded = store.query_rows(
+        f"SELECT DISTINCT toDateTime(start, 'UTC') FROM {store.table(HOURS_TABLE)} "
+        "WHERE start >= {lo:DateTime64(9)} AND start < {hi:DateTime64(9)}",
+        {"lo": candidates[0], "hi": candidates[-1] + _HOUR},
+    )
+    held = {as_utc(h) for (h,) in recorded}
+    hours = _merge_ranges([(h, h + _HOUR) for h in candidates if h in held])
+    rest = _split(whole, hours)[1]
+    return hours, rest
 
 
 def _read(store: Store, table: str, columns: str, ranges: list[tuple[datetime, datetime]]) -> pl.DataFrame:
@@ -1051,15 +1137,29 @@ def _anatomy_buckets(
     schema: dict[str, Any] = {key: key_type, **ANATOMY_BUCKETS_SCHEMA}
     whole, partial = _minute_pieces(inside, list(bounds.values()))
     frames: list[pl.DataFrame] = [empty(schema)]
-    if whole:
-        where, params = _in_ranges(whole)
+    # Whole hours from their pre-merged rows where the buckets hold whole hours (each piece of
+    # ``whole`` lies in one window).
+    on_hours = every is None or extra["every_ns"] % int(_HOUR.total_seconds() * 1e9) == 0
+    hours, minutes = _pre_merged(store, whole) if on_hours and whole else ([], whole)
+    sources, params = [], {**bounds, **extra}
+    for table, ranges, prefix in (
+        (AGG_LLM_ANATOMY_TABLE, minutes, "m"),
+        (AGG_LLM_ANATOMY_HOURS_TABLE, hours, "h"),
+    ):
+        if ranges:
+            where, ranges_params = _in_ranges(ranges, prefix)
+            sources.append(
+                f"SELECT start, provider, model, measure, key, n FROM {store.table(table)} WHERE {where}"
+            )
+            params |= ranges_params
+    if sources:
         frames.append(
             normalize(
                 store.query_polars(
-                    f"SELECT {key_sql} AS {key}, provider, model, measure, key, "
-                    f"toInt64(sum(n)) AS n FROM {store.table(AGG_LLM_ANATOMY_TABLE)} "
-                    f"WHERE {where} AND {inside_sql} GROUP BY {key}, provider, model, measure, key",
-                    {**params, **bounds, **extra},
+                    f"SELECT {key_sql} AS {key}, provider, model, measure, key, toInt64(sum(n)) AS n "
+                    f"FROM ({' UNION ALL '.join(sources)}) "
+                    f"WHERE {inside_sql} GROUP BY {key}, provider, model, measure, key",
+                    params,
                 )
             )
         )

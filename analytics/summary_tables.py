@@ -11,6 +11,12 @@ retention shorter than the span table's drops whole days, and ordered so that a 
 one contiguous range. ``tailwatch_summary_minutes`` records each summarised minute: how many span
 rows it held when it was summarised (a later count that differs means late or repeated spans, and
 the minute is summarised again) and when.
+
+Where a window is long, whole hours are read pre-merged: ``tailwatch_agg_llm_anatomy_hours`` holds
+each hour's anatomy histograms (the sum of its 60 minutes' rows, by far the most numerous of the
+aggregates), and ``tailwatch_summary_hours`` records each hour merged once all of its minutes were
+summarised with the same layout and conventions. A rebuilt minute removes its hour's record and rows
+first; rows without a record (a build killed while merging) are never read.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from storage import DDLContext
 
 __all__ = [
+    "AGG_LLM_ANATOMY_HOURS_TABLE",
     "AGG_LLM_ANATOMY_TABLE",
     "AGG_REQUESTS_TABLE",
     "AGG_REQUEST_LLM_TABLE",
@@ -26,6 +33,8 @@ __all__ = [
     "CALLS_TABLE",
     "CALL_MINUTES_TABLE",
     "EVALUATIONS_TABLE",
+    "HOURS_TABLE",
+    "HOUR_TABLES",
     "JOB_SPANS_TABLE",
     "MINUTES_TABLE",
     "REQUESTS_TABLE",
@@ -40,6 +49,7 @@ __all__ = [
     "anatomy_tables",
     "failed_calls_column",
     "first_byte_columns",
+    "hour_tables",
     "minutes_layer",
     "request_llm_tables",
     "summary_tables",
@@ -61,6 +71,8 @@ AGG_WORKFLOW_HOPS_TABLE = "tailwatch_agg_workflow_hops"
 AGG_WORKFLOW_RUNS_TABLE = "tailwatch_agg_workflow_runs"
 AGG_LLM_ANATOMY_TABLE = "tailwatch_agg_llm_anatomy"
 AGG_REQUEST_LLM_TABLE = "tailwatch_agg_request_llm"
+AGG_LLM_ANATOMY_HOURS_TABLE = "tailwatch_agg_llm_anatomy_hours"
+HOURS_TABLE = "tailwatch_summary_hours"
 
 # (table, columns, ORDER BY, shard key): every table but the minutes has a ``start`` to partition on.
 _TABLES: tuple[tuple[str, str, str, str], ...] = (
@@ -320,6 +332,20 @@ _AGG_REQUEST_LLM_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
+# Whole hours pre-merged from their minutes (``start`` is the hour's): the anatomy histograms, and
+# the record of each hour merged (written after its rows, removed before them).
+_HOUR_TABLES: tuple[tuple[str, str, str, str], ...] = (
+    (AGG_LLM_ANATOMY_HOURS_TABLE, _AGG_ANATOMY_TABLES[0][1], *_AGG_ANATOMY_TABLES[0][2:]),
+    (
+        HOURS_TABLE,
+        """    start DateTime64(9, 'UTC'),
+    built_at DateTime64(3, 'UTC')""",
+        "start",
+        "toYYYYMMDD(start)",
+    ),
+)
+HOUR_TABLES: tuple[str, ...] = tuple(t[0] for t in _HOUR_TABLES)
+
 SUMMARY_TABLES: tuple[str, ...] = tuple(
     t[0]
     for t in (
@@ -437,6 +463,11 @@ def anatomy_tables(ctx: DDLContext) -> list[str]:
 def request_llm_tables(ctx: DDLContext) -> list[str]:
     """The hot requests' per-minute model-call sums (the analytics migration adding them)."""
     return _create(ctx, _AGG_REQUEST_LLM_TABLES)
+
+
+def hour_tables(ctx: DDLContext) -> list[str]:
+    """The pre-merged hours and their record (the analytics migration adding them)."""
+    return _create(ctx, _HOUR_TABLES)
 
 
 def summary_tables(ctx: DDLContext) -> list[str]:

@@ -42,7 +42,7 @@ from collectors import TRACES_TABLE
 from collectors.spans import SpanEvent, SpanRow, insert_spans, new_span_id
 from dashboards import export_dashboards
 from slo_rules.source import AnalyticsSource
-from storage import Store, ensure_schema, iso_z, open_store
+from storage import Store, as_utc, ensure_schema, iso_z, open_store
 from tailwatch.api import ServiceApi, api_routes
 from tailwatch.config import TailwatchConfig
 from tests.analytics.builders import (
@@ -569,6 +569,80 @@ def test_summaries_dropped_by_retention_are_not_read(filled_store: Store, datase
         analyze(filled_store, START, END, conventions=conv, use_summaries=False),
         "a window on a kept day",
     )
+
+
+# --- 1e. whole hours pre-merged ------------------------------------------------------------------
+
+HOURS = "tailwatch_summary_hours"
+ANATOMY_HOURS = "tailwatch_agg_llm_anatomy_hours"
+
+
+def _recorded_hours(store: Store) -> list[datetime]:
+    return [h for (h,) in store.query_rows(f"SELECT toDateTime(start, 'UTC') FROM {HOURS} ORDER BY 1")]
+
+
+def _anatomy_by_hour(store: Store, table: str) -> set[tuple[Any, ...]]:
+    """Per (hour, provider, model, measure, bucket) the calls, from the minutes or the hours."""
+    rows = store.query_rows(
+        f"SELECT toStartOfHour(start) AS h, provider, model, measure, key, sum(n) FROM {table} "
+        f"WHERE toDateTime(toStartOfHour(start), 'UTC') IN (SELECT toDateTime(start, 'UTC') FROM {HOURS}) "
+        "GROUP BY h, provider, model, measure, key"
+    )
+    return {tuple(r) for r in rows}
+
+
+def test_whole_hours_are_read_pre_merged(built_store: Store, prepared: Prepared, dataset: Dataset) -> None:
+    """Every hour whose minutes are all summarised is pre-merged and recorded, its rows the sums of
+    its minutes'; a window holding whole hours reads them (a wrong row there shows in its figures),
+    and equals the recompute. Rows of an hour without its record — a merge killed before recording
+    it — are not read, and the next build replaces them; a re-summarised minute re-merges its hour."""
+    conv = dataset.conventions
+    ((first, until),) = prepared.coverage
+    first_hour = first + (-first.minute % 60) * timedelta(minutes=1)
+    complete = [
+        first_hour + i * timedelta(hours=1) for i in range(int((until - first_hour) / timedelta(hours=1)))
+    ]
+    assert len(complete) >= 3 and [as_utc(h) for h in _recorded_hours(built_store)] == complete
+    assert _anatomy_by_hour(built_store, ANATOMY_HOURS) == _anatomy_by_hour(
+        built_store, "tailwatch_agg_llm_anatomy"
+    )
+    # Four hours ending mid-minute after the LLM scenario's second hour: its hours are read whole.
+    start, end = dt(at(-2 * HOUR + 17)), dt(at(2 * HOUR + 17))
+    full = analyze(built_store, start, end, conventions=conv, use_summaries=False)
+    assert full.llm_anatomy.height > 0
+    assert_same_analysis(analyze(built_store, start, end, conventions=conv), full, "hours pre-merged")
+    # A wrong row in a recorded hour of the window changes the figures: the hour is read.
+    hour = dt(at(HOUR))
+    built_store.command(
+        f"INSERT INTO {ANATOMY_HOURS} (start, provider, model, measure, key, n) "
+        "VALUES ({h:DateTime64(9)}, 'openai', 'gpt-4o', 'input', 2000, 100000)",
+        {"h": hour},
+    )
+    assert (
+        analyze(built_store, start, end, conventions=conv).llm_anatomy.to_dicts()
+        != full.llm_anatomy.to_dicts()
+    )
+    # Without the hour's record (killed before it was written) the row is not read …
+    built_store.command(f"DELETE FROM {HOURS} WHERE start = {{h:DateTime64(9)}}", {"h": hour})
+    assert_same_analysis(analyze(built_store, start, end, conventions=conv), full, "an hour not recorded")
+    # … and the next build merges the hour again, without it.
+    build_summaries(built_store, until=UNTIL, conventions=conv)
+    assert [as_utc(h) for h in _recorded_hours(built_store)] == complete
+    assert _anatomy_by_hour(built_store, ANATOMY_HOURS) == _anatomy_by_hour(
+        built_store, "tailwatch_agg_llm_anatomy"
+    )
+    assert_same_analysis(analyze(built_store, start, end, conventions=conv), full, "the hour merged again")
+    # A late LLM call in the window: its minutes are summarised again, their hour merged again.
+    _, call = _late_llm_call(dataset.spans)
+    insert_spans(built_store, [call])
+    assert build_summaries(built_store, until=UNTIL, conventions=conv).resummarised > 0
+    assert [as_utc(h) for h in _recorded_hours(built_store)] == complete
+    assert _anatomy_by_hour(built_store, ANATOMY_HOURS) == _anatomy_by_hour(
+        built_store, "tailwatch_agg_llm_anatomy"
+    )
+    late_full = analyze(built_store, start, end, conventions=conv, use_summaries=False)
+    assert late_full.llm_anatomy.to_dicts() != full.llm_anatomy.to_dicts()
+    assert_same_analysis(analyze(built_store, start, end, conventions=conv), late_full, "after a late call")
 
 
 # --- 2. rules, the API and the dashboards read the same numbers ----------------------------------
