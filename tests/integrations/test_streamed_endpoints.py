@@ -317,14 +317,16 @@ def test_what_the_instrumentation_writes(chat_run: FlavourRun) -> None:
 
 def test_the_run_has_what_the_checks_need(chat_run: FlavourRun, requests: list[Request]) -> None:
     """Requests of both kinds in the window; some streaming clients gave up (as many abandoned
-    requests as the driver counted), most of them before any body byte; the others streamed."""
+    requests as the driver counted), some of them before any body byte (those are read by their
+    duration) — how many depends on the machine's load, as a first byte sent after its client left
+    is still recorded; the others streamed."""
     window = _in(requests, chat_run.current_ns)
     outcomes = chat_run.info["outcomes"]
     streams = [r for r in window if r.operation == STREAM_OP]
     abandoned = [r for r in streams if r.abandoned]
     assert len(streams) == REQUESTS and len([r for r in window if r.operation == CHAT_OP]) > 0
     assert len(abandoned) == outcomes.get("/chat/stream abandoned", 0) >= 5, outcomes
-    assert sum(r.first_byte_ms is None for r in abandoned) >= len(abandoned) // 2, abandoned
+    assert any(r.first_byte_ms is None for r in abandoned), abandoned
     assert all(r.body_sends >= 2 for r in streams if not r.abandoned)
     # A completed stream sent a first byte, nearly always within its client's patience: the client
     # waits for the headers without that timer, so on a loaded machine a late answer whose first
