@@ -584,7 +584,7 @@ def _delete(store: Store, lo: datetime, hi: datetime, tables: dict[str, str]) ->
     """Remove the rows of [lo, hi) before they are written again (lightweight deletes), and the
     pre-merged hours they are part of — the hour's record first, so that no reader takes the hour's
     rows for whole once one of its minutes is gone."""
-    for name in (HOURS_TABLE, *(t for t in HOUR_TABLES if t != HOURS_TABLE)):
+    for name in HOUR_TABLES:  # the record first
         store.command(
             f"DELETE FROM {tables[name]} "
             "WHERE start >= toStartOfHour({lo:DateTime64(9)}) AND start < {hi:DateTime64(9)}",

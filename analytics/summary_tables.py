@@ -332,10 +332,10 @@ _AGG_REQUEST_LLM_TABLES: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-# Whole hours pre-merged from their minutes (``start`` is the hour's): the anatomy histograms, and
-# the record of each hour merged (written after its rows, removed before them).
+# Whole hours pre-merged from their minutes (``start`` is the hour's): the record of each hour
+# merged (written after its rows, removed before them: listed first, the order deletes go in), and
+# the anatomy histograms.
 _HOUR_TABLES: tuple[tuple[str, str, str, str], ...] = (
-    (AGG_LLM_ANATOMY_HOURS_TABLE, _AGG_ANATOMY_TABLES[0][1], *_AGG_ANATOMY_TABLES[0][2:]),
     (
         HOURS_TABLE,
         """    start DateTime64(9, 'UTC'),
@@ -343,6 +343,7 @@ _HOUR_TABLES: tuple[tuple[str, str, str, str], ...] = (
         "start",
         "toYYYYMMDD(start)",
     ),
+    (AGG_LLM_ANATOMY_HOURS_TABLE, _AGG_ANATOMY_TABLES[0][1], *_AGG_ANATOMY_TABLES[0][2:]),
 )
 HOUR_TABLES: tuple[str, ...] = tuple(t[0] for t in _HOUR_TABLES)
 
